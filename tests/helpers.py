@@ -1,0 +1,106 @@
+"""Helpers for tests: a worker in-process, subprocess runners for the CLI and worker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from durability.devserver import temporal_cli
+from durability.registry import all_workflows, builtin_activities
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+@asynccontextmanager
+async def running_worker(
+    client: Client,
+    task_queue: str,
+    activities: Sequence[Callable[..., Any]] | None = None,
+    **worker_options: Any,
+) -> AsyncIterator[Worker]:
+    """An in-process worker with every workflow and the given (default: built-in) activities."""
+    worker = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=all_workflows(),
+        activities=list(builtin_activities() if activities is None else activities),
+        **worker_options,
+    )
+    async with worker:
+        yield worker
+
+
+def subprocess_env(address: str, **extra: str) -> dict[str, str]:
+    """Environment for a child process pointed at the test dev server."""
+    env = dict(os.environ)
+    env.update(
+        TEMPORAL_ADDRESS=address,
+        TEMPORAL_NAMESPACE="default",
+        DURABILITY_METRICS_PORT="0",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+async def temporal(address: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run the real `temporal` CLI against the test server (without blocking the loop)."""
+    return await run_command([temporal_cli(), *args, "--address", address], check=check)
+
+
+async def durability_cli(
+    address: str, *args: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed `durability` CLI as a subprocess."""
+    return await run_command(
+        [sys.executable, "-m", "durability.cli", *args],
+        check=check,
+        env=subprocess_env(address),
+    )
+
+
+async def run_command(
+    argv: Sequence[str], check: bool = True, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        cwd=PROJECT_ROOT,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
+    result = subprocess.CompletedProcess(
+        list(argv), process.returncode or 0, stdout.decode(), stderr.decode()
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(argv)} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
+        )
+    return result
+
+
+async def eventually(
+    check: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1
+) -> Any:
+    """Poll an (async or sync) check until it returns a truthy value; fail after timeout."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    last: Any = None
+    while True:
+        last = check()
+        if asyncio.iscoroutine(last):
+            last = await last
+        if last:
+            return last
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s (last value {last!r})")
+        await asyncio.sleep(interval)

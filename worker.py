@@ -1,0 +1,121 @@
+"""The durability worker: `python worker.py`. A fleet is N of these processes.
+
+Settings (environment):
+  TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS*, TEMPORAL_PROFILE
+      Temporal's own environment configuration (envconfig); default localhost:7233/default.
+  DURABILITY_TASK_QUEUE      task queue to poll (default "durability").
+  DURABILITY_METRICS_PORT    Prometheus /metrics port (default 9464; 0 disables).
+  DURABILITY_DRAIN_SECONDS   how long SIGTERM/SIGINT waits for running activities (default 30).
+  DURABILITY_DEPLOYMENT_NAME, DURABILITY_BUILD_ID
+      worker versioning: both set turns on Worker Deployment versioning.
+  DURABILITY_ENCRYPTION_KEY  base64 AES-256 key: encrypt every payload (see durability/codec.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from datetime import timedelta
+
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.worker import Worker, WorkerDeploymentConfig
+
+from durability.connect import ConfigurationError, connect, task_queue
+from durability.registry import all_workflows, builtin_activities
+
+log = logging.getLogger("durability.worker")
+
+
+def _int_setting(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
+    raw = env.get(name, str(default))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _runtime(metrics_port: int) -> Runtime | None:
+    if metrics_port == 0:
+        return None
+    return Runtime(
+        telemetry=TelemetryConfig(
+            metrics=PrometheusConfig(bind_address=f"0.0.0.0:{metrics_port}")
+        )
+    )
+
+
+def _deployment(env: Mapping[str, str]) -> WorkerDeploymentConfig | None:
+    name = env.get("DURABILITY_DEPLOYMENT_NAME")
+    build_id = env.get("DURABILITY_BUILD_ID")
+    if not name and not build_id:
+        return None
+    if not name or not build_id:
+        raise ConfigurationError(
+            "DURABILITY_DEPLOYMENT_NAME and DURABILITY_BUILD_ID go together, got "
+            f"{name!r} and {build_id!r}"
+        )
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(deployment_name=name, build_id=build_id),
+        use_worker_versioning=True,
+        # Schedules and ledgers live forever and continue-as-new often: each new run picks
+        # up the current version, so auto-upgrade plus patches is the safe choice.
+        default_versioning_behavior=VersioningBehavior.AUTO_UPGRADE,
+    )
+
+
+async def run_worker(env: Mapping[str, str] | None = None) -> None:
+    """Connect, serve every workflow and activity, and drain on SIGTERM/SIGINT."""
+    env = dict(os.environ if env is None else env)
+    queue = task_queue(env)
+    drain = _int_setting(env, "DURABILITY_DRAIN_SECONDS", 30)
+    metrics_port = _int_setting(env, "DURABILITY_METRICS_PORT", 9464)
+    deployment = _deployment(env)
+    client = await connect(env, runtime=_runtime(metrics_port))
+    worker = Worker(
+        client,
+        task_queue=queue,
+        workflows=all_workflows(),
+        activities=list(builtin_activities()),
+        graceful_shutdown_timeout=timedelta(seconds=drain),
+        deployment_config=deployment,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    log.info(
+        "worker polling task queue %r on %s (namespace %s), metrics port %s",
+        queue,
+        client.service_client.config.target_host,
+        client.namespace,
+        metrics_port or "off",
+    )
+    async with worker:
+        await stop.wait()
+        log.info("shutting down: draining for up to %ss", drain)
+    log.info("worker stopped")
+
+
+def main() -> int:
+    logging.basicConfig(
+        level=os.environ.get("DURABILITY_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        asyncio.run(run_worker())
+    except ConfigurationError as error:
+        print(f"durability worker: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Workflow definitions: each capability is a pure core (`core.py`) and a thin Temporal shell."""
