@@ -9,6 +9,7 @@ Settings (environment):
   DURABILITY_DEPLOYMENT_NAME, DURABILITY_BUILD_ID
       worker versioning: both set turns on Worker Deployment versioning.
   DURABILITY_ENCRYPTION_KEY  base64 AES-256 key: encrypt every payload (see durability/codec.py).
+  DURABILITY_LEDGER_URL      base URL of the built-in http_submit/http_query activities.
 """
 
 from __future__ import annotations
@@ -30,6 +31,31 @@ from durability.registry import all_workflows, builtin_activities
 
 log = logging.getLogger("durability.worker")
 
+# Every environment variable the worker reads besides Temporal's own envconfig ones.
+SETTINGS = (
+    "DURABILITY_TASK_QUEUE",
+    "DURABILITY_METRICS_PORT",
+    "DURABILITY_DRAIN_SECONDS",
+    "DURABILITY_DEPLOYMENT_NAME",
+    "DURABILITY_BUILD_ID",
+    "DURABILITY_ENCRYPTION_KEY",
+    "DURABILITY_ENCRYPTION_KEY_ID",
+    "DURABILITY_LEDGER_URL",
+    "DURABILITY_LOG_LEVEL",
+)
+ENVCONFIG_SETTINGS = (
+    "TEMPORAL_ADDRESS",
+    "TEMPORAL_NAMESPACE",
+    "TEMPORAL_API_KEY",
+    "TEMPORAL_PROFILE",
+    "TEMPORAL_TLS",
+    "TEMPORAL_TLS_CLIENT_CERT_PATH",
+    "TEMPORAL_TLS_CLIENT_KEY_PATH",
+    "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+    "TEMPORAL_TLS_SERVER_NAME",
+    "TEMPORAL_CONFIG_FILE",
+)
+
 
 def _int_setting(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
     raw = env.get(name, str(default))
@@ -46,9 +72,7 @@ def _runtime(metrics_port: int) -> Runtime | None:
     if metrics_port == 0:
         return None
     return Runtime(
-        telemetry=TelemetryConfig(
-            metrics=PrometheusConfig(bind_address=f"0.0.0.0:{metrics_port}")
-        )
+        telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"0.0.0.0:{metrics_port}"))
     )
 
 

@@ -1,0 +1,41 @@
+# The two commands: `make run` (dev server + UI + worker) and `make test` (lint, types, tests).
+# Each does its own setup: a virtualenv in .venv with the project installed.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test lint typecheck pytest bench browser clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m durability.run
+
+# Debian's chromium, for the Temporal UI test (no browser download at run time).
+browser:
+	command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+pytest: $(STAMP) browser
+	$(PY) -m pytest -q
+
+test: lint typecheck pytest
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) data .mypy_cache .ruff_cache .pytest_cache
