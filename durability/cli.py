@@ -1,0 +1,323 @@
+"""`durability`: the command line for schedules and ledgers.
+
+    durability schedule set acct-42 "@every 5m" --version 3 --params '{"plan": "pro"}'
+    durability schedule get acct-42
+    durability schedule runs acct-42 --json
+    durability ledger enqueue canvas-7 --file ops.json
+    durability ledger snapshot canvas-7
+
+Connection settings come from Temporal's environment configuration (TEMPORAL_ADDRESS, ...).
+Exit codes: 0 ok, 1 rejected or not found, 2 bad usage or settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from durability.client import DurabilityClient, NotFoundError, RejectedError
+from durability.connect import ConfigurationError
+
+Command = Callable[[DurabilityClient, argparse.Namespace], Coroutine[Any, Any, Any]]
+
+
+class UsageError(Exception):
+    """Bad command-line input; the message names the option and the value."""
+
+
+def iso(epoch_ms: Any) -> str:
+    if not isinstance(epoch_ms, int):
+        return "-" if epoch_ms is None else str(epoch_ms)
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain aligned text table."""
+    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def json_arg(option: str, text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{option} must be JSON, got {text!r} ({error.msg})") from None
+
+
+# -- schedule -------------------------------------------------------------------
+
+
+async def schedule_set(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    params, options = args.params, args.options
+    if args.signal:
+        await client.signal_set_schedule(
+            args.object_id, args.expression, args.version,
+            jitter_ms=args.jitter_ms, jitter_max_ms=args.jitter_max_ms,
+            params=params, options=options,
+        )  # fmt: skip
+        return {"signalled": True}
+    applied = await client.set_schedule(
+        args.object_id, args.expression, args.version,
+        jitter_ms=args.jitter_ms, jitter_max_ms=args.jitter_max_ms,
+        params=params, options=options,
+    )  # fmt: skip
+    return {"applied": applied}
+
+
+async def schedule_cancel(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    if args.signal:
+        await client.signal_cancel_schedule(args.object_id, args.version)
+        return {"signalled": True}
+    return {"live": await client.cancel_schedule(args.object_id, args.version)}
+
+
+async def schedule_get(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return await client.get_schedule(args.object_id)
+
+
+async def schedule_runs(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return await client.list_runs(args.object_id)
+
+
+def show_schedule(result: Any) -> str:
+    if result is None:
+        return "no schedule (none set, or cancelled)"
+    rows = [
+        ("expression", result["expression"]),
+        ("version", result["version"]),
+        ("jitter_ms", result["jitter_ms"]),
+        ("next_at", iso(result["next_at"])),
+        ("params", json.dumps(result.get("params", {}))),
+    ]
+    return table(("field", "value"), rows)
+
+
+def show_runs(result: Any) -> str:
+    if not result:
+        return "no runs awaiting acknowledgement"
+    rows = [
+        (iso(r["scheduled_time"]), iso(r["due_at"]), r["state"], r["attempt"],
+         (r.get("error") or {}).get("name") if isinstance(r.get("error"), dict) else r.get("error"))
+        for r in result
+    ]  # fmt: skip
+    return table(("scheduled_time", "due_at", "state", "attempt", "error"), rows)
+
+
+# -- ledger ---------------------------------------------------------------------
+
+
+def read_operations(path: str) -> list[dict[str, Any]]:
+    source = sys.stdin.read() if path == "-" else Path(path).read_text()
+    data = json_arg("--file", source)
+    operations = data.get("operations") if isinstance(data, dict) else data
+    if not isinstance(operations, list):
+        raise UsageError(
+            "--file must hold a list of operations or an object with 'operations', "
+            f"got {type(data).__name__}"
+        )
+    return operations
+
+
+async def ledger_enqueue(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    operations, options = args.operations, args.options
+    if args.signal:
+        await client.signal_enqueue(args.ledger_id, operations, options=options)
+        return {"signalled": True}
+    return await client.enqueue(args.ledger_id, operations, options=options)
+
+
+async def ledger_hold(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return {"token": await client.hold(args.ledger_id)}
+
+
+async def ledger_release(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    await client.release(args.ledger_id, args.token)
+    return {"released": args.token}
+
+
+async def ledger_resume(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    await client.resume(args.ledger_id)
+    return {"resumed": True}
+
+
+async def ledger_stop(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return await client.stop(args.ledger_id)
+
+
+async def ledger_snapshot(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return await client.snapshot(args.ledger_id)
+
+
+async def ledger_claims(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return await client.claims(args.ledger_id)
+
+
+def show_snapshot(result: Any) -> str:
+    operations = result.get("operations", [])
+    if isinstance(operations, dict):
+        operations = list(operations.values())
+    rows = [
+        (op.get("id") or op.get("intent", {}).get("id"), op.get("phase"),
+         ",".join(op.get("blockers") or []) or None, op.get("request_id"), op.get("outcome"))
+        for op in operations
+    ]  # fmt: skip
+    parts = [table(("operation", "phase", "blockers", "request", "outcome"), rows)]
+    requests = result.get("requests", [])
+    if isinstance(requests, dict):
+        requests = list(requests.values())
+    if requests:
+        request_rows = [
+            (rq.get("id"), rq.get("phase"), rq.get("attempt"), iso(rq.get("retry_at")),
+             rq.get("retry_action"), ",".join(rq.get("canvas_ids") or []))
+            for rq in requests
+        ]  # fmt: skip
+        parts.append(
+            table(("request", "phase", "attempt", "retry_at", "next", "canvases"), request_rows)
+        )
+    return "\n\n".join(parts)
+
+
+def show_claims(result: Any) -> str:
+    if not result:
+        return "no canvas is claimed"
+    return table(("canvas", "request"), sorted(result.items()))
+
+
+def show_fields(result: Any) -> str:
+    return table(("field", "value"), [(k, v) for k, v in result.items()])
+
+
+# -- parser ---------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="durability", description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    parser.add_argument("--task-queue", help="task queue for new workflows (default: env)")
+    top = parser.add_subparsers(dest="group", required=True)
+
+    schedule = top.add_parser("schedule", help="per-object recurring schedules").add_subparsers(
+        dest="command", required=True
+    )
+    cmd = schedule.add_parser("set", help="set a schedule version (update-with-start)")
+    cmd.add_argument("object_id")
+    cmd.add_argument(
+        "expression", help='cron, "@hourly", "@every 5m", "CRON_TZ=Europe/Paris 0 9 * * *"'
+    )
+    cmd.add_argument("--version", type=int, required=True)
+    jitter = cmd.add_mutually_exclusive_group()
+    jitter.add_argument("--jitter-ms", type=int)
+    jitter.add_argument("--jitter-max-ms", type=int, help="pick the jitter once in [0, max]")
+    cmd.add_argument("--params", help="JSON object handed to every run")
+    cmd.add_argument("--options", help="JSON start input (max_concurrent_runs, ...)")
+    cmd.add_argument("--signal", action="store_true", help="signal-with-start instead")
+    cmd.set_defaults(run=schedule_set, show=show_fields)
+    cmd = schedule.add_parser("cancel", help="cancel future ticks")
+    cmd.add_argument("object_id")
+    cmd.add_argument("--version", type=int)
+    cmd.add_argument("--signal", action="store_true")
+    cmd.set_defaults(run=schedule_cancel, show=show_fields)
+    for name, run, show, text in (
+        ("get", schedule_get, show_schedule, "the stored schedule"),
+        ("runs", schedule_runs, show_runs, "runs not yet acknowledged"),
+    ):
+        cmd = schedule.add_parser(name, help=text)
+        cmd.add_argument("object_id")
+        cmd.set_defaults(run=run, show=show)
+
+    ledger = top.add_parser("ledger", help="durable operation ledgers").add_subparsers(
+        dest="command", required=True
+    )
+    cmd = ledger.add_parser("enqueue", help="enqueue operations from a JSON file (- for stdin)")
+    cmd.add_argument("ledger_id")
+    cmd.add_argument("--file", required=True)
+    cmd.add_argument("--options", help="JSON start input (concurrency, lanes, ...)")
+    cmd.add_argument("--signal", action="store_true")
+    cmd.set_defaults(run=ledger_enqueue, show=show_fields)
+    cmd = ledger.add_parser("release", help="release a hold token")
+    cmd.add_argument("ledger_id")
+    cmd.add_argument("token")
+    cmd.set_defaults(run=ledger_release, show=show_fields)
+    for name, run, show, text in (
+        ("hold", ledger_hold, show_fields, "stop new launches; prints a token"),
+        ("resume", ledger_resume, show_fields, "retry unresolved and blocked requests"),
+        ("stop", ledger_stop, show_snapshot, "stop the ledger; prints the final snapshot"),
+        ("snapshot", ledger_snapshot, show_snapshot, "operations and requests"),
+        ("claims", ledger_claims, show_claims, "which request holds each canvas"),
+    ):
+        cmd = ledger.add_parser(name, help=text)
+        cmd.add_argument("ledger_id")
+        cmd.set_defaults(run=run, show=show)
+
+    codec = top.add_parser("codec-server", help="serve /decode for the Temporal UI")
+    codec.add_argument("--host", default="127.0.0.1")
+    codec.add_argument("--port", type=int, default=8081)
+    return parser
+
+
+def run_codec_server(args: argparse.Namespace) -> int:
+    from durability.codec import codec_from_env
+    from durability.codec_server import serve
+
+    codec = codec_from_env()
+    if codec is None:
+        raise ConfigurationError("DURABILITY_ENCRYPTION_KEY is not set: nothing to decode with")
+    server = serve(codec, args.host, args.port)
+    print(f"codec server on http://{args.host}:{server.server_address[1]}", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever()
+    return 0
+
+
+def parse_inputs(args: argparse.Namespace) -> None:
+    """Check JSON options and files before anything is sent."""
+    for option in ("params", "options"):
+        if hasattr(args, option):
+            setattr(args, option, json_arg(f"--{option}", getattr(args, option)))
+    if getattr(args, "file", None) is not None:
+        args.operations = read_operations(args.file)
+
+
+async def execute(args: argparse.Namespace) -> Any:
+    client = await DurabilityClient.connect(args.task_queue)
+    return await args.run(client, args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.group == "codec-server":
+            return run_codec_server(args)
+        parse_inputs(args)
+        result = asyncio.run(execute(args))
+    except (UsageError, ConfigurationError, ValueError, OSError) as error:
+        print(f"durability: {error}", file=sys.stderr)
+        return 2
+    except RejectedError as error:
+        print(
+            f"durability: {error.update} rejected by {error.workflow_id}: {error}", file=sys.stderr
+        )
+        return 1
+    except NotFoundError as error:
+        print(f"durability: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2, sort_keys=True) if args.json else args.show(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""A typed client for durability's workflows, thin over `temporalio.client.Client`.
+
+It speaks only the public wire contract (workflow types, IDs, message names and payloads
+of SPEC.md), so what it does can also be done with the `temporal` CLI or any SDK.
+
+    client = await DurabilityClient.connect()
+    await client.set_schedule("acct-42", "@every 5m", version=3, params={"plan": "pro"})
+    print(await client.get_schedule("acct-42"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
+
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError, FailureError
+from temporalio.service import RPCError, RPCStatusCode
+
+from durability.connect import connect, task_queue
+
+SCHEDULE_WORKFLOW = "DurabilitySchedule"
+LEDGER_WORKFLOW = "OperationLedger"
+
+
+class ScheduleView(TypedDict):
+    """`get` query result."""
+
+    expression: str
+    version: int
+    jitter_ms: int
+    next_at: int | None
+    params: dict[str, Any]
+
+
+class RunView(TypedDict):
+    """One entry of the `runs` query."""
+
+    scheduled_time: int
+    due_at: int
+    state: str
+    attempt: int
+    error: Any
+
+
+class EnqueueResult(TypedDict):
+    """`enqueue` update result."""
+
+    accepted: list[str]
+    duplicates: list[str]
+
+
+class RejectedError(Exception):
+    """An update was rejected by the workflow's validator; nothing was recorded."""
+
+    def __init__(self, message: str, *, update: str, workflow_id: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.update = update
+        self.workflow_id = workflow_id
+
+
+class NotFoundError(Exception):
+    """No schedule or ledger workflow has that ID."""
+
+
+def schedule_workflow_id(object_id: str) -> str:
+    return f"schedule:{object_id}"
+
+
+def ledger_workflow_id(ledger_id: str) -> str:
+    return f"ledger:{ledger_id}"
+
+
+def set_payload(
+    expression: str,
+    version: int,
+    jitter_ms: int | None = None,
+    jitter_max_ms: int | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The wire `set` payload. `jitter_max_ms` asks the workflow to pick the jitter once."""
+    if jitter_ms is not None and jitter_max_ms is not None:
+        raise ValueError("give jitter_ms or jitter_max_ms, not both")
+    payload: dict[str, Any] = {"expression": expression, "version": version}
+    if jitter_ms is not None:
+        payload["jitter_ms"] = jitter_ms
+    if jitter_max_ms is not None:
+        payload["jitter_ms"] = {"max_ms": jitter_max_ms}
+    if params is not None:
+        payload["params"] = dict(params)
+    return payload
+
+
+def _rejection_message(error: WorkflowUpdateFailedError) -> str:
+    cause: BaseException | None = error.cause
+    if isinstance(cause, ApplicationError | FailureError):
+        return cause.message
+    return str(cause or error)
+
+
+class DurabilityClient:
+    """Schedules and ledgers by business ID: `acct-42`, not `schedule:acct-42`."""
+
+    def __init__(self, client: Client, task_queue_name: str | None = None) -> None:
+        self.temporal = client
+        self.task_queue = task_queue_name or task_queue()
+
+    @classmethod
+    async def connect(cls, task_queue_name: str | None = None) -> DurabilityClient:
+        """Connect with Temporal's environment configuration and the product's converter."""
+        return cls(await connect(), task_queue_name)
+
+    # -- schedule ---------------------------------------------------------------
+
+    def schedule_handle(self, object_id: str) -> WorkflowHandle[Any, Any]:
+        return self.temporal.get_workflow_handle(schedule_workflow_id(object_id))
+
+    async def _update_with_start(
+        self,
+        workflow_type: str,
+        workflow_id: str,
+        start_input: Mapping[str, Any] | None,
+        update: str,
+        payload: Any,
+        result_type: type | None = None,
+    ) -> Any:
+        operation: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+            workflow_type,
+            dict(start_input or {}),
+            id=workflow_id,
+            task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+        try:
+            return await self.temporal.execute_update_with_start_workflow(
+                update, payload, start_workflow_operation=operation, result_type=result_type
+            )
+        except WorkflowUpdateFailedError as error:
+            raise RejectedError(
+                _rejection_message(error), update=update, workflow_id=workflow_id
+            ) from error
+
+    async def _update(
+        self, workflow_id: str, update: str, payload: Any, result_type: type | None = None
+    ) -> Any:
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        try:
+            if payload is None:
+                return await handle.execute_update(update, result_type=result_type)
+            return await handle.execute_update(update, payload, result_type=result_type)
+        except WorkflowUpdateFailedError as error:
+            raise RejectedError(
+                _rejection_message(error), update=update, workflow_id=workflow_id
+            ) from error
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                raise NotFoundError(f"no workflow {workflow_id!r}") from error
+            raise
+
+    async def _query(self, workflow_id: str, query: str) -> Any:
+        try:
+            return await self.temporal.get_workflow_handle(workflow_id).query(query)
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                raise NotFoundError(f"no workflow {workflow_id!r}") from error
+            raise
+
+    async def set_schedule(
+        self,
+        object_id: str,
+        expression: str,
+        version: int,
+        *,
+        jitter_ms: int | None = None,
+        jitter_max_ms: int | None = None,
+        params: Mapping[str, Any] | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Set (update-with-start); returns `applied`. `options` is the start input."""
+        payload = set_payload(expression, version, jitter_ms, jitter_max_ms, params)
+        start_input = {"object_id": object_id, **(options or {})}
+        applied = await self._update_with_start(
+            SCHEDULE_WORKFLOW, schedule_workflow_id(object_id), start_input, "set", payload, bool
+        )
+        return bool(applied)
+
+    async def signal_set_schedule(
+        self,
+        object_id: str,
+        expression: str,
+        version: int,
+        *,
+        jitter_ms: int | None = None,
+        jitter_max_ms: int | None = None,
+        params: Mapping[str, Any] | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Set by signal-with-start: fire and forget (bad input is logged and dropped)."""
+        await self.temporal.start_workflow(
+            SCHEDULE_WORKFLOW,
+            {"object_id": object_id, **(options or {})},
+            id=schedule_workflow_id(object_id),
+            task_queue=self.task_queue,
+            start_signal="set",
+            start_signal_args=[set_payload(expression, version, jitter_ms, jitter_max_ms, params)],
+        )
+
+    async def cancel_schedule(self, object_id: str, version: int | None = None) -> bool:
+        """Cancel (update-with-start, so a tombstone can precede the first set)."""
+        payload = {} if version is None else {"version": version}
+        live = await self._update_with_start(
+            SCHEDULE_WORKFLOW,
+            schedule_workflow_id(object_id),
+            {"object_id": object_id},
+            "cancel",
+            payload,
+            bool,
+        )
+        return bool(live)
+
+    async def signal_cancel_schedule(self, object_id: str, version: int | None = None) -> None:
+        await self.schedule_handle(object_id).signal(
+            "cancel", {} if version is None else {"version": version}
+        )
+
+    async def get_schedule(self, object_id: str) -> ScheduleView | None:
+        result: ScheduleView | None = await self._query(schedule_workflow_id(object_id), "get")
+        return result
+
+    async def list_runs(self, object_id: str) -> list[RunView]:
+        result: list[RunView] = await self._query(schedule_workflow_id(object_id), "runs")
+        return result
+
+    # -- ledger -----------------------------------------------------------------
+
+    def ledger_handle(self, ledger_id: str) -> WorkflowHandle[Any, Any]:
+        return self.temporal.get_workflow_handle(ledger_workflow_id(ledger_id))
+
+    async def enqueue(
+        self,
+        ledger_id: str,
+        operations: Sequence[Mapping[str, Any]],
+        *,
+        options: Mapping[str, Any] | None = None,
+    ) -> EnqueueResult:
+        """Enqueue (update-with-start); returns accepted and duplicate IDs once recorded."""
+        result: EnqueueResult = await self._update_with_start(
+            LEDGER_WORKFLOW,
+            ledger_workflow_id(ledger_id),
+            {"ledger_id": ledger_id, **(options or {})},
+            "enqueue",
+            {"operations": [dict(operation) for operation in operations]},
+        )
+        return result
+
+    async def signal_enqueue(
+        self,
+        ledger_id: str,
+        operations: Sequence[Mapping[str, Any]],
+        *,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        await self.temporal.start_workflow(
+            LEDGER_WORKFLOW,
+            {"ledger_id": ledger_id, **(options or {})},
+            id=ledger_workflow_id(ledger_id),
+            task_queue=self.task_queue,
+            start_signal="enqueue",
+            start_signal_args=[{"operations": [dict(op) for op in operations]}],
+        )
+
+    async def hold(self, ledger_id: str) -> str:
+        """Stop new launches until the returned token is released."""
+        token: str = await self._update(ledger_workflow_id(ledger_id), "hold", {}, str)
+        return token
+
+    async def release(self, ledger_id: str, token: str) -> None:
+        await self._update(ledger_workflow_id(ledger_id), "release", {"token": token})
+
+    async def signal_release(self, ledger_id: str, token: str) -> None:
+        await self.ledger_handle(ledger_id).signal("release", {"token": token})
+
+    async def resume(self, ledger_id: str) -> None:
+        await self._update(ledger_workflow_id(ledger_id), "resume", {})
+
+    async def signal_resume(self, ledger_id: str) -> None:
+        await self.ledger_handle(ledger_id).signal("resume", {})
+
+    async def stop(self, ledger_id: str) -> dict[str, Any]:
+        """Stop dispatching, cancel in-flight requests; returns the final snapshot."""
+        snapshot: dict[str, Any] = await self._update(ledger_workflow_id(ledger_id), "stop", {})
+        return snapshot
+
+    async def snapshot(self, ledger_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._query(ledger_workflow_id(ledger_id), "snapshot")
+        return result
+
+    async def claims(self, ledger_id: str) -> dict[str, str]:
+        result: dict[str, str] = await self._query(ledger_workflow_id(ledger_id), "claims")
+        return result
