@@ -1,0 +1,259 @@
+"""The schedule's pure, deterministic state machine (rules S2-S8), no Temporal import.
+
+All time is passed in as epoch milliseconds and randomness as a `pick(max_ms) -> int`
+callable, so the workflow shell can back them with `workflow.now()` and
+`workflow.random()`, and tests can drive them directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from workflows.schedule.cron import NextOccurrence
+from workflows.schedule.models import (
+    MAX_DELAY_MS,
+    MAX_SAFE_INTEGER,
+    CancelRequest,
+    JitterRange,
+    Outcome,
+    RunError,
+    RunStatus,
+    SetRequest,
+)
+
+Pick = Callable[[int], int]
+
+
+class InvalidRequest(ValueError):
+    """A `set`/`cancel` payload is malformed; the message names the field and the value."""
+
+
+class StoredSchedule(BaseModel):
+    """The stored schedule; `expression is None` is a cancel tombstone of `version`."""
+
+    version: int
+    expression: str | None
+    next_at: int | None
+    jitter_ms: int
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Run(BaseModel):
+    """One tick's run, kept until its outcome is acknowledged or dead-lettered."""
+
+    scheduled_time: int
+    due_at: int
+    state: RunStatus = RunStatus.QUEUED
+    # Run starts: 0 while queued, 1 once started (S10: a run is never re-run).
+    attempt: int = 0
+    error: RunError | None = None
+    # The params stored with the version that fired this tick (not in the `runs` query).
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    def wire(self) -> dict[str, Any]:
+        """The run as the `runs` query returns it."""
+        return self.model_dump(
+            mode="json", include={"scheduled_time", "due_at", "state", "attempt", "error"}
+        )
+
+
+class ScheduleState(BaseModel):
+    """Everything the schedule carries across continue-as-new."""
+
+    schedule: StoredSchedule | None = None
+    runs: dict[int, Run] = Field(default_factory=dict)
+    dropped_signals: int = 0
+
+
+def _integer(name: str, value: object, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
+        kind = "safe integer" if maximum == MAX_SAFE_INTEGER else f"integer <= {maximum}"
+        raise InvalidRequest(f"{name} must be a non-negative {kind}, got {value!r}")
+    return value
+
+
+def _object(name: str, raw: object) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise InvalidRequest(f"{name} payload must be a JSON object, got {raw!r}")
+    return raw
+
+
+def parse_set(raw: object, next_occurrence: NextOccurrence, now_ms: int) -> SetRequest:
+    """Validate a `set` payload (S2) or raise InvalidRequest naming the field and value."""
+    payload = _object("set", raw)
+    unknown = sorted(set(payload) - {"expression", "version", "jitter_ms", "params"})
+    if unknown:
+        raise InvalidRequest(f"set has unknown field(s) {unknown}")
+    expression = payload.get("expression")
+    if not isinstance(expression, str) or not expression.strip():
+        raise InvalidRequest(f"set.expression must be a non-empty string, got {expression!r}")
+    try:
+        next_occurrence(expression, now_ms)
+    except ValueError as error:
+        raise InvalidRequest(
+            f"set.expression does not parse, got {expression!r}: {error}"
+        ) from None
+    version = _integer("set.version", payload.get("version"), MAX_SAFE_INTEGER)
+    raw_jitter = payload.get("jitter_ms", 0)
+    jitter: int | JitterRange
+    if isinstance(raw_jitter, dict):
+        if set(raw_jitter) != {"max_ms"}:
+            raise InvalidRequest(
+                f"set.jitter_ms must be an integer or {{max_ms}}, got {raw_jitter!r}"
+            )
+        jitter = JitterRange(
+            max_ms=_integer("set.jitter_ms.max_ms", raw_jitter["max_ms"], MAX_DELAY_MS)
+        )
+    else:
+        jitter = _integer("set.jitter_ms", raw_jitter, MAX_DELAY_MS)
+    params = payload.get("params", {})
+    if not isinstance(params, dict):
+        raise InvalidRequest(f"set.params must be a JSON object, got {params!r}")
+    return SetRequest(expression=expression, version=version, jitter_ms=jitter, params=params)
+
+
+def parse_cancel(raw: object) -> CancelRequest:
+    """Validate a `cancel` payload (`{}` or `{"version": n}`) or raise InvalidRequest."""
+    payload = _object("cancel", raw)
+    unknown = sorted(set(payload) - {"version"})
+    if unknown:
+        raise InvalidRequest(f"cancel has unknown field(s) {unknown}")
+    version = payload.get("version")
+    if version is None:
+        return CancelRequest()
+    return CancelRequest(version=_integer("cancel.version", version, MAX_SAFE_INTEGER))
+
+
+def checked_next(next_occurrence: NextOccurrence, expression: str, after_ms: int) -> int | None:
+    """S7: call next_occurrence and insist on None or an int strictly after `after_ms`."""
+    value: object = next_occurrence(expression, after_ms)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= after_ms:
+        raise ValueError(
+            f"next_occurrence({expression!r}, {after_ms}) must return None or an integer "
+            f"strictly after {after_ms}, got {value!r}"
+        )
+    return value
+
+
+class ScheduleCore:
+    """The transitions of one object's schedule over a `ScheduleState` it mutates in place."""
+
+    def __init__(
+        self, state: ScheduleState, next_occurrence: NextOccurrence, max_concurrent_runs: int
+    ) -> None:
+        self.state = state
+        self.next_occurrence = next_occurrence
+        self.max_concurrent_runs = max_concurrent_runs
+
+    # --- schedule (S3-S5) ---
+
+    def set(self, request: SetRequest, now_ms: int, pick: Pick) -> bool:
+        """Store `request` if its version is higher than the stored one; return applied."""
+        stored = self.state.schedule
+        if stored is not None and request.version <= stored.version:
+            return False
+        if isinstance(request.jitter_ms, JitterRange):
+            jitter = pick(request.jitter_ms.max_ms)
+            if not 0 <= jitter <= request.jitter_ms.max_ms:
+                raise ValueError(f"pick({request.jitter_ms.max_ms}) returned {jitter}")
+        else:
+            jitter = request.jitter_ms
+        self.state.schedule = StoredSchedule(
+            version=request.version,
+            expression=request.expression,
+            next_at=checked_next(self.next_occurrence, request.expression, now_ms),
+            jitter_ms=jitter,
+            params=request.params,
+        )
+        return True
+
+    def cancel(self, request: CancelRequest) -> bool:
+        """Stop future ticks; return whether a live schedule was cancelled (S5)."""
+        stored = self.state.schedule
+        live = stored is not None and stored.expression is not None
+        if request.version is None:
+            if stored is None:
+                return False
+            self.state.schedule = stored.model_copy(update={"expression": None, "next_at": None})
+            return live
+        if stored is not None and stored.version > request.version:
+            return False
+        self.state.schedule = StoredSchedule(
+            version=request.version, expression=None, next_at=None, jitter_ms=0
+        )
+        return live
+
+    def get(self) -> dict[str, Any] | None:
+        """The `get` query: the live schedule, or None when none is set or it was cancelled."""
+        stored = self.state.schedule
+        if stored is None or stored.expression is None:
+            return None
+        return stored.model_dump(mode="json")
+
+    # --- ticks (S6) ---
+
+    def next_wake_at(self) -> int | None:
+        """When the next tick fires (`next_at + jitter_ms`), or None."""
+        stored = self.state.schedule
+        if stored is None or stored.expression is None or stored.next_at is None:
+            return None
+        return stored.next_at + stored.jitter_ms
+
+    def tick(self, now_ms: int) -> Run | None:
+        """Fire the tick if due: record its run and advance `next_at` in one step."""
+        stored = self.state.schedule
+        fires_at = self.next_wake_at()
+        if stored is None or stored.expression is None or fires_at is None or fires_at > now_ms:
+            return None
+        scheduled_time = stored.next_at
+        assert scheduled_time is not None
+        after = max(scheduled_time, now_ms - stored.jitter_ms)
+        stored.next_at = checked_next(self.next_occurrence, stored.expression, after)
+        if scheduled_time in self.state.runs:
+            return None
+        run = Run(scheduled_time=scheduled_time, due_at=fires_at, params=stored.params)
+        self.state.runs[scheduled_time] = run
+        return run
+
+    # --- runs (S8) ---
+
+    def running_count(self) -> int:
+        """Runs holding a slot."""
+        return sum(1 for run in self.state.runs.values() if run.state == RunStatus.RUNNING)
+
+    def take_startable(self) -> list[Run]:
+        """Queued runs in scheduled_time order, up to the free slots, now marked running."""
+        free = self.max_concurrent_runs - self.running_count()
+        queued = sorted(
+            (run for run in self.state.runs.values() if run.state == RunStatus.QUEUED),
+            key=lambda run: run.scheduled_time,
+        )
+        started = queued[: max(free, 0)]
+        for run in started:
+            run.state = RunStatus.RUNNING
+            run.attempt = 1
+        return started
+
+    def settle(self, scheduled_time: int, outcome: Outcome) -> bool:
+        """A running run stopped with `outcome`; frees its slot. False if unknown or settled."""
+        run = self.state.runs.get(scheduled_time)
+        if run is None or run.state in (RunStatus.COMPLETE, RunStatus.ERRORED):
+            return False
+        run.state = RunStatus.COMPLETE if outcome.status == "complete" else RunStatus.ERRORED
+        run.error = outcome.error
+        return True
+
+    def forget(self, scheduled_time: int) -> bool:
+        """The run's outcome was acknowledged or dead-lettered: drop it."""
+        return self.state.runs.pop(scheduled_time, None) is not None
+
+    def runs(self) -> list[dict[str, Any]]:
+        """The `runs` query: every run not yet acknowledged, in scheduled_time order."""
+        return [self.state.runs[key].wire() for key in sorted(self.state.runs)]

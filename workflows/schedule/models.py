@@ -1,0 +1,174 @@
+"""Wire models of the schedule (SPEC "Schedule"), shared by the core, the workflows and the
+activities. Field names are the public JSON names."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MAX_DELAY_MS = 2**31 - 1
+MAX_SAFE_INTEGER = 2**53 - 1
+DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS = 2000
+
+
+class OutcomeRetries(BaseModel):
+    """Retry policy of outcome delivery; `max_attempts` counts the first attempt."""
+
+    max_attempts: int = Field(10, ge=1)
+    initial_interval_ms: int = Field(1000, ge=1, le=MAX_DELAY_MS)
+    backoff_coefficient: float = Field(2.0, ge=1.0)
+    maximum_interval_ms: int = Field(60_000, ge=1, le=MAX_DELAY_MS)
+
+    @model_validator(mode="after")
+    def _maximum_not_below_initial(self) -> OutcomeRetries:
+        if self.maximum_interval_ms < self.initial_interval_ms:
+            raise ValueError(
+                "outcome_retries.maximum_interval_ms must be >= initial_interval_ms, got "
+                f"{self.maximum_interval_ms} < {self.initial_interval_ms}"
+            )
+        return self
+
+
+class ScheduleInput(BaseModel):
+    """Start input of `DurabilitySchedule`; every field is optional."""
+
+    object_id: str | None = None
+    max_concurrent_runs: int = Field(10, ge=1)
+    run_timeout_ms: int = Field(900_000, ge=1, le=MAX_DELAY_MS)
+    run_heartbeat_timeout_ms: int | None = Field(None, ge=1, le=MAX_DELAY_MS)
+    outcome_timeout_ms: int = Field(60_000, ge=1, le=MAX_DELAY_MS)
+    outcome_retries: OutcomeRetries = Field(default_factory=OutcomeRetries)
+    run_activity: str = Field("run", min_length=1)
+    outcome_activity: str = Field("on_outcome", min_length=1)
+    lifecycle_activity: str | None = None
+    activity_task_queue: str | None = None
+    # Not part of the wire contract: continue-as-new once history has this many events
+    # (None: when Temporal suggests it, or at DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS).
+    continue_as_new_after_events: int | None = Field(None, ge=10)
+
+
+class JitterRange(BaseModel):
+    """`{"max_ms": n}`: a jitter picked uniformly in [0, n] when the version is stored."""
+
+    max_ms: int
+
+
+class SetRequest(BaseModel):
+    """Payload of `set` (signal and update)."""
+
+    expression: str
+    version: int
+    jitter_ms: int | JitterRange = 0
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class CancelRequest(BaseModel):
+    """Payload of `cancel`: `{}` or `{"version": n}`."""
+
+    version: int | None = None
+
+
+class RunStatus(StrEnum):
+    """Where a run is: waiting for a slot, running, or settled with its outcome."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETE = "complete"
+    ERRORED = "errored"
+
+
+class RunError(BaseModel):
+    """A serialized error: the error type's name and its message."""
+
+    name: str
+    message: str
+
+
+class Outcome(BaseModel):
+    """What a run ended with, as the outcome activity receives it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["complete", "errored"]
+    error: RunError | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """`{"status": "complete"}` or `{"status": "errored", "error": {...}}`."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class ScheduledRunObject(BaseModel):
+    """The one argument of the run activity (and the first of the outcome activity)."""
+
+    object_id: str
+    scheduled_time: int
+    due_at: int
+    idempotency_key: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class ScheduledRunInput(BaseModel):
+    """Input of the `ScheduledRun` child workflow: its run and the schedule's settings."""
+
+    run: ScheduledRunObject
+    schedule_workflow_id: str
+    settings: ScheduleInput
+
+
+class RunSettled(BaseModel):
+    """Internal signal from a run to its schedule: the run stopped (its slot is free)."""
+
+    scheduled_time: int
+    outcome: Outcome
+
+
+class RunAcknowledged(BaseModel):
+    """Internal signal from a run to its schedule: its outcome was delivered or dead-lettered."""
+
+    scheduled_time: int
+    dead_lettered: bool = False
+
+
+class ScheduledRunResult(BaseModel):
+    """What a `ScheduledRun` child returns (for humans in the UI; the parent never waits)."""
+
+    outcome: Outcome
+    delivered: bool
+    dead_letter_error: RunError | None = None
+
+
+# Error names of the seed, carried in `Outcome.error.name`.
+RUN_TIMEOUT_ERROR = "ScheduledRunTimeoutError"
+RUN_INTERRUPTED_ERROR = "ScheduledRunInterruptedError"
+OUTCOME_TIMEOUT_ERROR = "ScheduledOutcomeTimeoutError"
+
+
+def idempotency_key(object_id: str, scheduled_time: int) -> str:
+    """`<object_id>:<scheduled_time>`: unique per run because a tick fires at most once."""
+    return f"{object_id}:{scheduled_time}"
+
+
+def run_workflow_id(object_id: str, scheduled_time: int) -> str:
+    """Workflow ID of a run's child workflow."""
+    return f"schedule-run:{object_id}:{scheduled_time}"
+
+
+def schedule_workflow_id(object_id: str) -> str:
+    """Workflow ID of an object's schedule."""
+    return f"schedule:{object_id}"
+
+
+def lifecycle_event(
+    event_type: str, key: str, scheduled_time: int, timestamp: int, **fields: Any
+) -> dict[str, Any]:
+    """A lifecycle event (S12) as JSON: common fields plus the type's own."""
+    return {
+        "entity_kind": "scheduled_run",
+        "id": key,
+        "scheduled_time": scheduled_time,
+        "timestamp": timestamp,
+        "type": event_type,
+        **fields,
+    }

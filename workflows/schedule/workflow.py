@@ -1,0 +1,519 @@
+"""The schedule's Temporal shell: `DurabilitySchedule` (one per object) and `ScheduledRun`
+(one child per run). The decisions live in `core.py`; this module turns them into timers,
+child workflows, activity calls and signals.
+
+Bring your own `next_occurrence` by subclassing (the run method must be redeclared)::
+
+    @workflow.defn(name="DurabilitySchedule")
+    class MySchedule(DurabilityScheduleWorkflow):
+        def next_occurrence(self, expression: str, after_ms: int) -> int | None:
+            return my_calendar.next(expression, after_ms)
+
+        @workflow.run
+        async def run(self, input: Any = None) -> None:
+            await super().run(input)
+
+and register it instead of `DurabilityScheduleWorkflow`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    FailureError,
+    RetryState,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+    from temporalio.contrib.opentelemetry import TracingWorkflowInboundInterceptor
+    from temporalio.contrib.opentelemetry.workflow import completed_span
+
+    from workflows import search_attributes
+    from workflows.schedule import cron
+    from workflows.schedule.core import (
+        InvalidRequest,
+        Run,
+        ScheduleCore,
+        ScheduleState,
+        parse_cancel,
+        parse_set,
+    )
+    from workflows.schedule.models import (
+        DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS,
+        OUTCOME_TIMEOUT_ERROR,
+        RUN_INTERRUPTED_ERROR,
+        RUN_TIMEOUT_ERROR,
+        Outcome,
+        RunAcknowledged,
+        RunError,
+        RunSettled,
+        ScheduledRunInput,
+        ScheduledRunObject,
+        ScheduledRunResult,
+        ScheduleInput,
+        idempotency_key,
+        lifecycle_event,
+        run_workflow_id,
+    )
+
+# Internal signals from runs to their schedule (not part of the wire contract).
+RUN_SETTLED_SIGNAL = "durability.run_settled"
+RUN_ACKNOWLEDGED_SIGNAL = "durability.run_acknowledged"
+# Time a cancelled run activity gets, beyond run_timeout_ms, to acknowledge cancellation.
+RUN_CANCEL_GRACE = timedelta(seconds=30)
+LIFECYCLE_TIMEOUT = timedelta(seconds=10)
+LIFECYCLE_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1))
+
+
+class ScheduleWorkflowInput(ScheduleInput):
+    """The start input plus, after continue-as-new, the carried state."""
+
+    carried: ScheduleState | None = None
+
+
+def _now_ms() -> int:
+    return int(workflow.now().timestamp() * 1000)
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+
+
+def _record_span(event: dict[str, Any]) -> None:
+    """Record a lifecycle event as an OpenTelemetry span (never on replay)."""
+    if workflow.unsafe.is_replaying() or TracingWorkflowInboundInterceptor._from_context() is None:
+        return
+    attributes: dict[str, str | int | bool] = {}
+    for key, value in event.items():
+        if isinstance(value, dict):
+            for inner_key, inner in value.items():
+                attributes[f"durability.{key}.{inner_key}"] = str(inner)
+        elif isinstance(value, str | int | bool):
+            attributes[f"durability.{key}"] = value
+    completed_span(f"durability.scheduled_run.{event['type']}", attributes=attributes)
+
+
+class _Lifecycle:
+    """Emits lifecycle events (S12): an OTel span, and a best-effort lifecycle activity call."""
+
+    def __init__(self, settings: ScheduleInput) -> None:
+        self._settings = settings
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def emit(self, event: dict[str, Any]) -> None:
+        _record_span(event)
+        workflow.logger.debug("lifecycle event %s", event)
+        if self._settings.lifecycle_activity is None:
+            return
+        task = asyncio.create_task(self._call(self._settings.lifecycle_activity, event))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _call(self, activity_name: str, event: dict[str, Any]) -> None:
+        try:
+            await workflow.execute_activity(
+                activity_name,
+                event,
+                task_queue=self._settings.activity_task_queue,
+                start_to_close_timeout=LIFECYCLE_TIMEOUT,
+                retry_policy=LIFECYCLE_RETRY,
+                summary=f"lifecycle {event['type']}",
+            )
+        except ActivityError as error:
+            workflow.logger.warning("lifecycle activity failed for %s: %s", event, error.cause)
+
+    async def drain(self) -> None:
+        await workflow.wait_condition(lambda: not self.tasks)
+
+
+@workflow.defn(name="DurabilitySchedule")
+class DurabilityScheduleWorkflow:
+    """One object's recurring schedule (S1-S8, S13): never completes on its own."""
+
+    @workflow.init
+    def __init__(self, input: Any = None) -> None:
+        self._input_error: str | None = None
+        try:
+            start = ScheduleWorkflowInput.model_validate(input or {})
+        except ValidationError as error:
+            self._input_error = f"invalid DurabilitySchedule input: {error}"
+            start = ScheduleWorkflowInput()
+        workflow_id = workflow.info().workflow_id
+        object_id = start.object_id or workflow_id.removeprefix("schedule:")
+        self._settings = ScheduleInput.model_validate(
+            {**start.model_dump(exclude={"carried"}), "object_id": object_id}
+        )
+        self._object_id = object_id
+        self._core = ScheduleCore(
+            start.carried or ScheduleState(),
+            self.next_occurrence,
+            self._settings.max_concurrent_runs,
+        )
+        self._lifecycle = _Lifecycle(self._settings)
+        self._starts: set[asyncio.Task[None]] = set()
+        self._dirty = False
+        self._published: dict[str, object] = {}
+
+    def next_occurrence(self, expression: str, after_ms: int) -> int | None:
+        """The first tick of `expression` strictly after `after_ms`; override to plug in."""
+        return cron.next_occurrence(expression, after_ms)
+
+    @workflow.run
+    async def run(self, input: Any = None) -> None:
+        """Tick, start runs, sleep until the next tick or a message; continue-as-new."""
+        if self._input_error is not None:
+            raise ApplicationError(
+                self._input_error, type="InvalidScheduleInput", non_retryable=True
+            )
+        while True:
+            self._dirty = False
+            self._step(_now_ms())
+            if self._should_continue_as_new():
+                break
+            wake_at = self._core.next_wake_at()
+            timeout = None if wake_at is None else timedelta(milliseconds=wake_at - _now_ms())
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: self._dirty or self._should_continue_as_new(),
+                    timeout=timeout,
+                    timeout_summary="next tick",
+                )
+        await workflow.wait_condition(
+            lambda: (
+                not self._starts and not self._lifecycle.tasks and workflow.all_handlers_finished()
+            )
+        )
+        carried = ScheduleWorkflowInput.model_validate(
+            {**self._settings.model_dump(), "carried": self._core.state}
+        )
+        workflow.continue_as_new(carried.model_dump(mode="json"))
+
+    def _step(self, now: int) -> None:
+        due = self._core.tick(now)
+        startable = self._core.take_startable()
+        if due is not None:
+            self._emit(due, "due", now, queued=due not in startable)
+        for run in startable:
+            task = asyncio.create_task(self._start_run(run))
+            self._starts.add(task)
+            task.add_done_callback(self._starts.discard)
+        self._publish()
+
+    def _should_continue_as_new(self) -> bool:
+        info = workflow.info()
+        limit = self._settings.continue_as_new_after_events or DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS
+        return info.is_continue_as_new_suggested() or info.get_current_history_length() >= limit
+
+    def _emit(self, run: Run, event_type: str, now: int, **fields: Any) -> None:
+        key = idempotency_key(self._object_id, run.scheduled_time)
+        self._lifecycle.emit(lifecycle_event(event_type, key, run.scheduled_time, now, **fields))
+
+    async def _start_run(self, run: Run) -> None:
+        run_input = ScheduledRunInput(
+            run=ScheduledRunObject(
+                object_id=self._object_id,
+                scheduled_time=run.scheduled_time,
+                due_at=run.due_at,
+                idempotency_key=idempotency_key(self._object_id, run.scheduled_time),
+                params=run.params,
+            ),
+            schedule_workflow_id=workflow.info().workflow_id,
+            settings=self._settings,
+        )
+        try:
+            await workflow.start_child_workflow(
+                ScheduledRunWorkflow.run,
+                run_input,
+                id=run_workflow_id(self._object_id, run.scheduled_time),
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                static_summary=f"run {_iso(run.scheduled_time)} of {self._object_id}",
+            )
+        except WorkflowAlreadyStartedError:
+            # At most once (S6): this run already exists (e.g. after a reset); it reports.
+            workflow.logger.warning(
+                "run %s of %s already started; not starting it again",
+                run.scheduled_time,
+                self._object_id,
+            )
+            self._core.forget(run.scheduled_time)
+            self._dirty = True
+
+    def _publish(self) -> None:
+        """Upsert the search attributes that changed."""
+        stored = self._core.state.schedule
+        wake_at = self._core.next_wake_at()
+        wanted: dict[str, object] = {
+            "object_id": self._object_id,
+            "next_tick_at": wake_at,
+            "version": None if stored is None else stored.version,
+        }
+        updates: list[Any] = []
+        if wanted["object_id"] != self._published.get("object_id"):
+            updates.append(search_attributes.OBJECT_ID.value_set(self._object_id))
+        if "next_tick_at" not in self._published or wake_at != self._published["next_tick_at"]:
+            updates.append(
+                search_attributes.NEXT_TICK_AT.value_unset()
+                if wake_at is None
+                else search_attributes.NEXT_TICK_AT.value_set(
+                    datetime.fromtimestamp(wake_at / 1000, tz=UTC)
+                )
+            )
+        if stored is not None and stored.version != self._published.get("version"):
+            updates.append(search_attributes.SCHEDULE_VERSION.value_set(stored.version))
+        if updates:
+            workflow.upsert_search_attributes(updates)
+        self._published = wanted
+
+    # --- messages ---
+
+    def _pick(self, max_ms: int) -> int:
+        return workflow.random().randint(0, max_ms)
+
+    def _apply_set(self, raw: Any) -> bool:
+        now = _now_ms()
+        applied = self._core.set(parse_set(raw, self.next_occurrence, now), now, self._pick)
+        self._dirty = True
+        return applied
+
+    def _apply_cancel(self, raw: Any) -> bool:
+        live = self._core.cancel(parse_cancel(raw))
+        self._dirty = True
+        return live
+
+    def _drop(self, name: str, raw: Any, error: Exception) -> None:
+        self._core.state.dropped_signals += 1
+        workflow.logger.warning(
+            "dropped bad %s signal (%d dropped so far): %s; payload %r",
+            name,
+            self._core.state.dropped_signals,
+            error,
+            raw,
+        )
+
+    @workflow.signal(name="set")
+    def set_signal(self, raw: Any = None) -> None:
+        """`set` as a signal: a bad payload is logged, counted and dropped (S2)."""
+        try:
+            self._apply_set(raw)
+        except (InvalidRequest, ValueError) as error:
+            self._drop("set", raw, error)
+
+    @workflow.update(name="set")
+    def set_update(self, raw: Any = None) -> bool:
+        """`set` as an update: returns whether the version was stored (S3)."""
+        return self._apply_set(raw)
+
+    @set_update.validator
+    def validate_set(self, raw: Any = None) -> None:
+        """Reject a malformed `set` before anything is recorded."""
+        parse_set(raw, self.next_occurrence, _now_ms())
+
+    @workflow.signal(name="cancel")
+    def cancel_signal(self, raw: Any = None) -> None:
+        """`cancel` as a signal: a bad payload is logged, counted and dropped."""
+        try:
+            self._apply_cancel(raw)
+        except InvalidRequest as error:
+            self._drop("cancel", raw, error)
+
+    @workflow.update(name="cancel")
+    def cancel_update(self, raw: Any = None) -> bool:
+        """`cancel` as an update: returns whether a schedule was live (S5)."""
+        return self._apply_cancel(raw)
+
+    @cancel_update.validator
+    def validate_cancel(self, raw: Any = None) -> None:
+        """Reject a malformed `cancel` before anything is recorded."""
+        parse_cancel(raw)
+
+    @workflow.signal(name=RUN_SETTLED_SIGNAL)
+    def run_settled(self, settled: RunSettled) -> None:
+        """A run stopped: free its slot and start the next queued run."""
+        if self._core.settle(settled.scheduled_time, settled.outcome):
+            self._dirty = True
+
+    @workflow.signal(name=RUN_ACKNOWLEDGED_SIGNAL)
+    def run_acknowledged(self, acknowledged: RunAcknowledged) -> None:
+        """A run's outcome was delivered (or dead-lettered): forget the run."""
+        if self._core.forget(acknowledged.scheduled_time):
+            self._dirty = True
+
+    @workflow.query(name="get")
+    def get(self) -> dict[str, Any] | None:
+        """The live schedule, or None."""
+        return self._core.get()
+
+    @workflow.query(name="runs")
+    def runs(self) -> list[dict[str, Any]]:
+        """Every run not yet acknowledged."""
+        return self._core.runs()
+
+    @workflow.query(name="dropped_signals")
+    def dropped_signals(self) -> int:
+        """How many malformed signals were dropped (not part of the wire contract)."""
+        return self._core.state.dropped_signals
+
+
+@workflow.defn(name="ScheduledRun")
+class ScheduledRunWorkflow:
+    """One run: call the run activity once, report to the schedule, deliver the outcome."""
+
+    @workflow.run
+    async def run(self, input: ScheduledRunInput) -> ScheduledRunResult:
+        """Run (S9, S10), settle, deliver the outcome at least once (S11), acknowledge."""
+        self._input = input
+        self._lifecycle = _Lifecycle(input.settings)
+        self._emit("started")
+        started = _now_ms()
+        outcome = await self._execute()
+        settled: dict[str, Any] = {"outcome": outcome.status}
+        if outcome.error is not None:
+            settled["error"] = outcome.error.model_dump()
+        if outcome.error is None or outcome.error.name != RUN_INTERRUPTED_ERROR:
+            settled["duration_ms"] = _now_ms() - started
+        self._emit("settled", **settled)
+        await self._signal_schedule(
+            RUN_SETTLED_SIGNAL,
+            RunSettled(scheduled_time=input.run.scheduled_time, outcome=outcome),
+        )
+        dead_letter = await self._deliver(outcome)
+        await self._signal_schedule(
+            RUN_ACKNOWLEDGED_SIGNAL,
+            RunAcknowledged(
+                scheduled_time=input.run.scheduled_time, dead_lettered=dead_letter is not None
+            ),
+        )
+        await self._lifecycle.drain()
+        return ScheduledRunResult(
+            outcome=outcome, delivered=dead_letter is None, dead_letter_error=dead_letter
+        )
+
+    def _emit(self, event_type: str, **fields: Any) -> None:
+        run = self._input.run
+        self._lifecycle.emit(
+            lifecycle_event(
+                event_type, run.idempotency_key, run.scheduled_time, _now_ms(), **fields
+            )
+        )
+
+    async def _execute(self) -> Outcome:
+        settings = self._input.settings
+        heartbeat = settings.run_heartbeat_timeout_ms
+        handle = workflow.start_activity(
+            settings.run_activity,
+            self._input.run,
+            task_queue=settings.activity_task_queue,
+            start_to_close_timeout=timedelta(milliseconds=settings.run_timeout_ms)
+            + RUN_CANCEL_GRACE,
+            heartbeat_timeout=None if heartbeat is None else timedelta(milliseconds=heartbeat),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=f"run {self._input.run.idempotency_key}",
+        )
+        timed_out = cancelled = False
+        try:
+            await workflow.wait_condition(
+                handle.done,
+                timeout=timedelta(milliseconds=settings.run_timeout_ms),
+                timeout_summary="run timeout",
+            )
+        except TimeoutError:
+            timed_out = True
+        except asyncio.CancelledError:
+            cancelled = True
+        if not handle.done():
+            handle.cancel()
+        failure: BaseException | None = None
+        try:
+            # With WAIT_CANCELLATION_COMPLETED this returns once the activity really stopped.
+            await handle
+        except (ActivityError, asyncio.CancelledError) as error:
+            failure = error
+        if timed_out:
+            return _errored(
+                RUN_TIMEOUT_ERROR, f"run exceeded run_timeout_ms={settings.run_timeout_ms}"
+            )
+        if cancelled:
+            return _errored(RUN_INTERRUPTED_ERROR, "the run was cancelled before it finished")
+        if failure is None:
+            return Outcome(status="complete")
+        return _errored_from(failure)
+
+    async def _deliver(self, outcome: Outcome) -> RunError | None:
+        settings = self._input.settings
+        retries = settings.outcome_retries
+        try:
+            await workflow.execute_activity(
+                settings.outcome_activity,
+                args=[self._input.run, outcome.wire()],
+                task_queue=settings.activity_task_queue,
+                start_to_close_timeout=timedelta(milliseconds=settings.outcome_timeout_ms),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(milliseconds=retries.initial_interval_ms),
+                    backoff_coefficient=retries.backoff_coefficient,
+                    maximum_interval=timedelta(milliseconds=retries.maximum_interval_ms),
+                    maximum_attempts=retries.max_attempts,
+                ),
+                summary=f"outcome {self._input.run.idempotency_key}",
+            )
+            return None
+        except ActivityError as failure:
+            error = _error_of(failure.cause, timeout_name=OUTCOME_TIMEOUT_ERROR)
+            attempt = (
+                retries.max_attempts
+                if failure.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED
+                else 0
+            )
+            workflow.logger.error(
+                "dead-lettered the outcome of run %s after %s attempt(s): %s",
+                self._input.run.idempotency_key,
+                attempt or "unknown",
+                error.message,
+            )
+            self._emit("dead_lettered", attempt=attempt, error=error.model_dump())
+            return error
+
+    async def _signal_schedule(self, signal: str, payload: RunSettled | RunAcknowledged) -> None:
+        handle = workflow.get_external_workflow_handle(self._input.schedule_workflow_id)
+        try:
+            await handle.signal(signal, payload)
+        except (FailureError, ApplicationError) as error:
+            # The schedule is gone (terminated); the run still delivers its outcome.
+            workflow.logger.warning("could not signal %s to the schedule: %s", signal, error)
+
+
+def _errored(name: str, message: str) -> Outcome:
+    return Outcome(status="errored", error=RunError(name=name, message=message))
+
+
+def _errored_from(failure: BaseException) -> Outcome:
+    cause = failure.cause if isinstance(failure, ActivityError) else failure
+    error = _error_of(cause, timeout_name=RUN_INTERRUPTED_ERROR)
+    if isinstance(cause, CancelledError | asyncio.CancelledError):
+        error = RunError(name=RUN_INTERRUPTED_ERROR, message="the run activity was cancelled")
+    return Outcome(status="errored", error=error)
+
+
+def _error_of(cause: BaseException | None, *, timeout_name: str) -> RunError:
+    """`{name, message}` of an activity failure's cause."""
+    if isinstance(cause, TemporalTimeoutError):
+        kind = cause.type.name if cause.type is not None else "UNKNOWN"
+        return RunError(name=timeout_name, message=f"activity timed out ({kind})")
+    if isinstance(cause, ApplicationError):
+        return RunError(name=cause.type or "Error", message=cause.message)
+    if cause is None:
+        return RunError(name="Error", message="unknown failure")
+    return RunError(name=type(cause).__name__, message=str(cause))
