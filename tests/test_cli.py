@@ -1,0 +1,168 @@
+"""Every `durability` CLI command through a real subprocess against the dev server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from temporalio.client import Client
+
+from tests.helpers import durability_cli, eventually, running_worker
+
+
+async def test_schedule_commands_set_get_runs_cancel(
+    client: Client, dev_server_address: str, task_queue: str, unique: str
+) -> None:
+    object_id = f"cli-{unique}"
+    cli = ("--task-queue", task_queue)
+    async with running_worker(client, task_queue):
+        result = await durability_cli(
+            dev_server_address, *cli, "--json", "schedule", "set", object_id, "@every 1s",
+            "--version", "3", "--params", '{"plan": "pro"}',
+        )  # fmt: skip
+        assert json.loads(result.stdout) == {"applied": True}
+
+        lower = await durability_cli(
+            dev_server_address,
+            *cli,
+            "--json",
+            "schedule",
+            "set",
+            object_id,
+            "@hourly",
+            "--version",
+            "2",
+        )
+        assert json.loads(lower.stdout) == {"applied": False}
+
+        shown = await durability_cli(dev_server_address, *cli, "schedule", "get", object_id)
+        assert (
+            "@every 1s" in shown.stdout and "3" in shown.stdout and '"plan": "pro"' in shown.stdout
+        )
+
+        got = await durability_cli(dev_server_address, *cli, "--json", "schedule", "get", object_id)
+        view = json.loads(got.stdout)
+        assert view["expression"] == "@every 1s" and view["version"] == 3
+        assert view["params"] == {"plan": "pro"} and isinstance(view["next_at"], int)
+
+        runs = await durability_cli(
+            dev_server_address, *cli, "--json", "schedule", "runs", object_id
+        )
+        for run in json.loads(runs.stdout):
+            assert set(run) == {"scheduled_time", "due_at", "state", "attempt", "error"}
+        runs_table = await durability_cli(dev_server_address, *cli, "schedule", "runs", object_id)
+        assert "scheduled_time" in runs_table.stdout or "no runs" in runs_table.stdout
+
+        cancelled = await durability_cli(
+            dev_server_address, *cli, "--json", "schedule", "cancel", object_id
+        )
+        assert json.loads(cancelled.stdout) == {"live": True}
+        after = await durability_cli(dev_server_address, *cli, "schedule", "get", object_id)
+        assert "no schedule" in after.stdout
+        await client.get_workflow_handle(f"schedule:{object_id}").terminate("test done")
+
+
+async def test_schedule_set_rejection_exits_one_and_names_the_field(
+    client: Client, dev_server_address: str, task_queue: str, unique: str
+) -> None:
+    object_id = f"cli-bad-{unique}"
+    async with running_worker(client, task_queue):
+        result = await durability_cli(
+            dev_server_address, "--task-queue", task_queue, "schedule", "set", object_id,
+            "not a cron", "--version", "1", check=False,
+        )  # fmt: skip
+        assert result.returncode == 1
+        assert "set rejected" in result.stderr and "expression" in result.stderr
+        assert "not a cron" in result.stderr
+        get = await durability_cli(dev_server_address, "--json", "schedule", "get", object_id)
+        assert json.loads(get.stdout) is None  # nothing was recorded
+        await client.get_workflow_handle(f"schedule:{object_id}").terminate("test done")
+
+
+async def test_bad_input_exits_two_before_contacting_the_server(dev_server_address: str) -> None:
+    bad_json = await durability_cli(
+        dev_server_address, "schedule", "set", "x", "@hourly", "--version", "1",
+        "--params", "{nope", check=False,
+    )  # fmt: skip
+    assert bad_json.returncode == 2 and "--params must be JSON" in bad_json.stderr
+    missing = await durability_cli(
+        dev_server_address, "ledger", "enqueue", "x", "--file", "/does/not/exist", check=False
+    )
+    assert missing.returncode == 2 and "/does/not/exist" in missing.stderr
+
+
+async def test_unknown_schedule_exits_one(dev_server_address: str, unique: str) -> None:
+    result = await durability_cli(
+        dev_server_address, "schedule", "get", f"nobody-{unique}", check=False
+    )
+    assert result.returncode == 1 and "no workflow 'schedule:nobody-" in result.stderr
+
+
+async def test_ledger_commands_enqueue_snapshot_claims_hold_release_resume_stop(
+    client: Client, dev_server_address: str, task_queue: str, unique: str, tmp_path: Path
+) -> None:
+    ledger_id = f"cli-{unique}"
+    cli = ("--task-queue", task_queue)
+    operations = tmp_path / "ops.json"
+    operations.write_text(
+        json.dumps(
+            {
+                "operations": [
+                    {"id": "op-1", "operation_type": "shape.create", "participants": ["c1"]},
+                    {"id": "op-2", "operation_type": "shape.move", "participants": ["c1"],
+                     "dependencies": ["op-1"]},
+                ]
+            }
+        )
+    )  # fmt: skip
+    async with running_worker(client, task_queue):
+        enqueued = await durability_cli(
+            dev_server_address,
+            *cli,
+            "--json",
+            "ledger",
+            "enqueue",
+            ledger_id,
+            "--file",
+            str(operations),
+        )
+        assert json.loads(enqueued.stdout) == {"accepted": ["op-1", "op-2"], "duplicates": []}
+        again = await durability_cli(
+            dev_server_address,
+            *cli,
+            "--json",
+            "ledger",
+            "enqueue",
+            ledger_id,
+            "--file",
+            str(operations),
+        )
+        assert json.loads(again.stdout) == {"accepted": [], "duplicates": ["op-1", "op-2"]}
+
+        async def all_resolved() -> bool:
+            shown = await durability_cli(
+                dev_server_address, "--json", "ledger", "snapshot", ledger_id
+            )
+            snapshot = json.loads(shown.stdout)
+            ops = snapshot["operations"]
+            ops = ops.values() if isinstance(ops, dict) else ops
+            return all(op["phase"] == "resolved" for op in ops)
+
+        await eventually(all_resolved, timeout=30)
+        table = await durability_cli(dev_server_address, "ledger", "snapshot", ledger_id)
+        assert "op-1" in table.stdout and "resolved" in table.stdout
+        claims = await durability_cli(dev_server_address, "--json", "ledger", "claims", ledger_id)
+        assert json.loads(claims.stdout) == {}
+
+        held = await durability_cli(dev_server_address, "--json", "ledger", "hold", ledger_id)
+        token = json.loads(held.stdout)["token"]
+        assert token
+        released = await durability_cli(dev_server_address, "ledger", "release", ledger_id, token)
+        assert token in released.stdout
+        resumed = await durability_cli(dev_server_address, "--json", "ledger", "resume", ledger_id)
+        assert json.loads(resumed.stdout) == {"resumed": True}
+        stopped = await durability_cli(dev_server_address, "--json", "ledger", "stop", ledger_id)
+        final = json.loads(stopped.stdout)
+        assert "operations" in final and "requests" in final
+        result = await client.get_workflow_handle(f"ledger:{ledger_id}").result()
+        assert result is not None
