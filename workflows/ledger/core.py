@@ -1,0 +1,667 @@
+"""Pure, deterministic core of the operation ledger (rules L1-L14). No Temporal import.
+
+Every transition is a function of a `LedgerState` plus explicit inputs (config, request IDs,
+the time in epoch ms), so the workflow shell replays it exactly and tests drive it directly.
+
+Life of an operation:
+  pending -> (ready: L3, capacity: L4, free canvases: L5) -> dispatched
+    `begin_dispatch` reserves a request ID, one concurrency slot and the canvases while the
+    compile activity runs; `freeze` records the exact request (L6) before anything is sent.
+  dispatched -> resolved   when its request's submit/query loop ends `applied`/`rejected` (L9)
+  dispatched -> blocked    compile error, participant mismatch, unsupported protocol version
+                           (L6, L11), or a `blocked` status (L10); request claims are kept.
+  pending -> blocked       no participants and not participant-free (L5).
+
+Choices where the seed is silent:
+- A request counts as in flight (L4) while its compile runs and while its `FrozenRequest` loop
+  runs, retry waits included.
+- `blocked` statuses retry the action that was blocked once resumed; transport errors and
+  unknown answers are `unresolved` (L7).
+- `resume` (L13) restarts blocked requests whose protocol is supported (same body, same key,
+  recorded next action and attempt) and returns operations blocked at compile time
+  (compile error, participant mismatch, invalid compile result) to pending so they are
+  compiled again under a new request ID (nothing was ever sent for them).
+  `missing_participants` and `request_interpreter_unavailable` stay blocked: only `skip` ends them.
+- `hold` (L12) stops new launches (new compiles and resume restarts); requests already in
+  flight or compiling keep going with their original identity.
+- `skip` (ours): a pending or blocked operation (not one in flight) is resolved with outcome
+  `skipped`; its request, if any, is resolved too and its canvases released. Dependents treat
+  a skipped dependency as resolved and proceed: skipping is the user's explicit decision that
+  the work is done or not needed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from workflows.ledger.models import (
+    EnqueueInput,
+    EnqueueResult,
+    LedgerConfig,
+    LedgerState,
+    OperationIntent,
+    OperationRecord,
+    RequestAction,
+    RequestRecord,
+    RequestReport,
+    RequestStatus,
+    RetryConfig,
+)
+
+MISSING_PARTICIPANTS = "missing_participants"
+PARTICIPANT_MISMATCH = "participant_mismatch"
+INVALID_COMPILE_RESULT = "invalid_compile_result"
+INTERPRETER_UNAVAILABLE = "request_interpreter_unavailable"
+SKIPPED = "skipped"
+# Blockers `resume` leaves alone: the intent itself would have to change.
+PERMANENT_BLOCKERS = frozenset({MISSING_PARTICIPANTS, INTERPRETER_UNAVAILABLE})
+MAX_BACKOFF_EXPONENT = 6
+
+
+class LedgerInputError(ValueError):
+    """Input rejected before anything is recorded; the message names the field and value."""
+
+
+class RecoveryConflictError(RuntimeError):
+    """Two unresolved requests claim one canvas (L14): sending anything could collide."""
+
+
+def format_validation_error(what: str, error: ValidationError) -> str:
+    """`what: field.path: message (got value)` for each problem, one line."""
+    parts = []
+    for item in error.errors():
+        path = ".".join(str(p) for p in item["loc"]) or "(root)"
+        got = item.get("input")
+        shown = repr(got)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        parts.append(f"{path}: {item['msg']} (got {shown})")
+    return f"invalid {what}: " + "; ".join(parts)
+
+
+def canvases_of(intent: OperationIntent) -> list[str]:
+    """The operation's canvases: participants deduplicated and sorted (L5)."""
+    return sorted(set(intent.participants))
+
+
+# ---------------------------------------------------------------- enqueue (L2)
+
+
+def parse_enqueue(raw: Any) -> EnqueueInput:
+    """Parse an `enqueue` payload; a `LedgerInputError` names the bad field and value."""
+    if not isinstance(raw, dict):
+        raise LedgerInputError(
+            f'invalid enqueue input: expected {{"operations": [...]}}, got {raw!r:.80}'
+        )
+    try:
+        return EnqueueInput.model_validate(raw)
+    except ValidationError as error:
+        raise LedgerInputError(format_validation_error("enqueue input", error)) from None
+
+
+def check_enqueue(state: LedgerState, batch: EnqueueInput) -> None:
+    """Reject an ID repeated in the batch and a dependency cycle (batch plus known operations)."""
+    first_index: dict[str, int] = {}
+    for index, intent in enumerate(batch.operations):
+        if intent.id in first_index:
+            raise LedgerInputError(
+                f"invalid enqueue input: operations.{index}.id {intent.id!r} repeats "
+                f"operations.{first_index[intent.id]}.id in the same batch"
+            )
+        first_index[intent.id] = index
+    new = {i.id: i for i in batch.operations if i.id not in state.operations}
+    cycle = _find_cycle(state, new)
+    if cycle:
+        raise LedgerInputError(
+            "invalid enqueue input: dependency cycle " + " -> ".join(repr(c) for c in cycle)
+        )
+
+
+def _find_cycle(state: LedgerState, new: dict[str, OperationIntent]) -> list[str] | None:
+    def deps(op_id: str) -> list[str]:
+        if op_id in new:
+            return new[op_id].dependencies
+        known = state.operations.get(op_id)
+        return known.intent.dependencies if known else []
+
+    done: set[str] = set()
+    for root in new:
+        if root in done:
+            continue
+        path: list[str] = []
+        on_path: set[str] = set()
+        stack: list[tuple[str, int]] = [(root, 0)]
+        while stack:
+            node, child = stack.pop()
+            if child == 0:
+                if node in on_path:
+                    return [*path[path.index(node) :], node]
+                if node in done:
+                    continue
+                path.append(node)
+                on_path.add(node)
+            children = deps(node)
+            if child < len(children):
+                stack.append((node, child + 1))
+                nxt = children[child]
+                if nxt in on_path:
+                    return [*path[path.index(nxt) :], nxt]
+                if nxt not in done:
+                    stack.append((nxt, 0))
+            else:
+                path.pop()
+                on_path.discard(node)
+                done.add(node)
+    return None
+
+
+def validate_enqueue(state: LedgerState, raw: Any) -> EnqueueInput:
+    """Everything the `enqueue` update validator checks; raises `LedgerInputError`."""
+    if state.stopped:
+        raise LedgerInputError("ledger is stopped: enqueue refused")
+    batch = parse_enqueue(raw)
+    check_enqueue(state, batch)
+    return batch
+
+
+def enqueue(state: LedgerState, batch: EnqueueInput) -> EnqueueResult:
+    """Record new intents in arrival order (their sequence); known IDs are duplicates (L2)."""
+    accepted: list[str] = []
+    duplicates: list[str] = []
+    for intent in batch.operations:
+        if intent.id in state.operations:
+            duplicates.append(intent.id)
+            continue
+        state.operations[intent.id] = OperationRecord(intent=intent, sequence=state.next_sequence)
+        state.next_sequence += 1
+        accepted.append(intent.id)
+    return EnqueueResult(accepted=accepted, duplicates=duplicates)
+
+
+# ---------------------------------------------------------------- dispatch (L3-L5)
+
+
+def in_flight(state: LedgerState) -> tuple[int, Counter[str]]:
+    """Requests compiling or running, in total and per operation type (L4)."""
+    by_type: Counter[str] = Counter()
+    for op_id in state.compiling:
+        by_type[state.operations[op_id].intent.operation_type] += 1
+    for request in state.requests.values():
+        if request.phase == "in_flight":
+            by_type[request.operation_type] += 1
+    return sum(by_type.values()), by_type
+
+
+def _fits(config: LedgerConfig, total: int, by_type: Counter[str], operation_type: str) -> bool:
+    if total >= config.concurrency:
+        return False
+    lane = config.lanes.get(operation_type)
+    return lane is None or by_type[operation_type] < lane
+
+
+def is_ready(state: LedgerState, record: OperationRecord) -> bool:
+    """Pending, not blocked, not compiling, and every dependency resolved (L3)."""
+    if record.phase != "pending" or record.blockers or record.intent.id in state.compiling:
+        return False
+    for dependency in record.intent.dependencies:
+        known = state.operations.get(dependency)
+        if known is None or known.phase != "resolved":
+            return False
+    return True
+
+
+def plan_dispatches(state: LedgerState, config: LedgerConfig) -> list[str]:
+    """Ready operations to compile now, in sequence order, within concurrency, lanes and free
+    canvases. Blocks operations with no participants unless participant-free (L5)."""
+    if state.stopped or state.holds:
+        return []
+    total, by_type = in_flight(state)
+    taken = set(state.claims)
+    chosen: list[str] = []
+    for record in state.operations.values():
+        if total >= config.concurrency:
+            break
+        if not is_ready(state, record):
+            continue
+        intent = record.intent
+        canvases = canvases_of(intent)
+        if not canvases and intent.operation_type not in config.participant_free_types:
+            _block_operation(record, [MISSING_PARTICIPANTS], "operation has no participants")
+            continue
+        if not _fits(config, total, by_type, intent.operation_type):
+            continue
+        if any(canvas in taken for canvas in canvases):
+            continue
+        chosen.append(intent.id)
+        taken.update(canvases)
+        by_type[intent.operation_type] += 1
+        total += 1
+    return chosen
+
+
+def begin_dispatch(state: LedgerState, op_id: str, request_id: str) -> None:
+    """Reserve a slot and the operation's canvases for `request_id` while it compiles."""
+    record = state.operations[op_id]
+    for canvas in canvases_of(record.intent):
+        holder = state.claims.get(canvas)
+        if holder is not None and holder != request_id:
+            raise RecoveryConflictError(f"canvas {canvas!r} is already claimed by {holder!r}")
+    record.phase = "dispatched"
+    record.request_id = request_id
+    state.compiling[op_id] = request_id
+    for canvas in canvases_of(record.intent):
+        state.claims[canvas] = request_id
+
+
+def abandon_dispatch(state: LedgerState, op_id: str) -> None:
+    """Undo `begin_dispatch` when its compile was cancelled (stop): nothing was recorded."""
+    request_id = state.compiling.pop(op_id, None)
+    if request_id is None:
+        return
+    _release_claims(state, request_id)
+    record = state.operations[op_id]
+    record.phase = "pending"
+    record.request_id = None
+
+
+def block_compile(state: LedgerState, op_id: str, message: str) -> None:
+    """A compile error blocks the operation with the error's message (L6)."""
+    request_id = state.compiling.pop(op_id, None)
+    if request_id is None:
+        return
+    _release_claims(state, request_id)
+    record = state.operations[op_id]
+    record.request_id = None
+    _block_operation(record, [message or "compile_failed"], message or "compile_failed")
+
+
+FreezeResult = Literal["launch", "blocked", "stale"]
+
+
+def freeze(
+    state: LedgerState, config: LedgerConfig, op_id: str, request_id: str, compiled: Any
+) -> FreezeResult:
+    """Record the frozen request from the compile result (L6, L11).
+
+    `launch`: the request is recorded in flight and its loop must start now. `blocked`: the
+    operation (participant mismatch, invalid result) or the request (unsupported protocol,
+    never sent) is blocked. `stale`: the reservation is gone (stop), nothing recorded.
+    """
+    if state.compiling.get(op_id) != request_id:
+        return "stale"
+    record = state.operations[op_id]
+    intent = record.intent
+    participants = canvases_of(intent)
+    problem = _compile_result_problem(compiled)
+    if problem is not None:
+        block_compile(state, op_id, f"{INVALID_COMPILE_RESULT}: {problem}")
+        return "blocked"
+    assert isinstance(compiled, dict)
+    canvas_ids = sorted(set(compiled.get("canvas_ids", [])))
+    if canvas_ids != participants:
+        block_compile(state, op_id, PARTICIPANT_MISMATCH)
+        record.error = f"compiled canvas_ids {canvas_ids} != participants {participants}"
+        return "blocked"
+    protocol_version = compiled.get("protocol_version", intent.protocol_version)
+    body: dict[str, Any] = dict(compiled)
+    body.update(
+        id=request_id,
+        ledger_id=state.ledger_id,
+        operation_ids=[op_id],
+        kind=compiled.get("kind") or intent.operation_type,
+        payload=compiled.get("payload", intent.payload),
+        canvas_ids=canvas_ids,
+        expected_versions=dict(compiled.get("expected_versions") or {}),
+        protocol_version=protocol_version,
+        idempotency_key=request_id,
+    )
+    del state.compiling[op_id]
+    request = RequestRecord(
+        id=request_id,
+        operation_ids=[op_id],
+        operation_type=intent.operation_type,
+        canvas_ids=canvas_ids,
+        body=body,
+        phase="in_flight",
+    )
+    state.requests[request_id] = request
+    if protocol_version not in config.supported_protocol_versions:
+        request.phase = "blocked"
+        request.blocker = INTERPRETER_UNAVAILABLE
+        _block_operation(
+            record,
+            [INTERPRETER_UNAVAILABLE],
+            f"protocol_version {protocol_version} is not in {config.supported_protocol_versions}",
+        )
+        return "blocked"
+    return "launch"
+
+
+def _compile_result_problem(compiled: Any) -> str | None:
+    if not isinstance(compiled, dict):
+        return f"expected an object, got {compiled!r:.80}"
+    canvases = compiled.get("canvas_ids", [])
+    if not isinstance(canvases, list) or not all(isinstance(c, str) for c in canvases):
+        return f"canvas_ids must be a list of strings, got {canvases!r:.80}"
+    versions = compiled.get("expected_versions") or {}
+    if not isinstance(versions, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+        for k, v in versions.items()
+    ):
+        return f"expected_versions must map canvas_id to int, got {versions!r:.80}"
+    version = compiled.get("protocol_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool):
+        return f"protocol_version must be an int, got {version!r:.80}"
+    kind = compiled.get("kind")
+    if kind is not None and not isinstance(kind, str):
+        return f"kind must be a string, got {kind!r:.80}"
+    return None
+
+
+def plan_launches(state: LedgerState, config: LedgerConfig) -> list[str]:
+    """Frozen requests (resumed or interrupted) to start again, oldest operation first, within
+    concurrency and lanes. Their canvases are already theirs."""
+    if state.stopped or state.holds:
+        return []
+    total, by_type = in_flight(state)
+    waiting = [r for r in state.requests.values() if r.phase == "frozen"]
+    waiting.sort(key=lambda r: min(state.operations[o].sequence for o in r.operation_ids))
+    chosen: list[str] = []
+    for request in waiting:
+        if not _fits(config, total, by_type, request.operation_type):
+            continue
+        chosen.append(request.id)
+        by_type[request.operation_type] += 1
+        total += 1
+    return chosen
+
+
+def mark_launched(state: LedgerState, request_id: str) -> RequestRecord:
+    """The request's loop is starting again (same body, recorded action and attempt)."""
+    request = state.requests[request_id]
+    request.phase = "in_flight"
+    request.blocker = None
+    for op_id in request.operation_ids:
+        record = state.operations[op_id]
+        record.phase = "dispatched"
+        record.blockers = []
+        record.error = None
+    return request
+
+
+# ---------------------------------------------------------------- submit/query (L7-L10)
+
+
+def retry_delay_ms(attempt: int, retry: RetryConfig, retry_after_ms: int | None = None) -> int:
+    """L8: `retry_after_ms` when given, else min(max, initial * coeff^min(attempt, 6)); >= 1."""
+    if retry_after_ms is not None and retry_after_ms >= 0:
+        return max(1, retry_after_ms)
+    exponent = min(max(attempt, 0), MAX_BACKOFF_EXPONENT)
+    computed = retry.initial_interval_ms * retry.backoff_coefficient**exponent
+    return max(1, int(min(float(retry.maximum_interval_ms), computed)))
+
+
+def normalize_status(raw: Any) -> RequestStatus:
+    """A submit/query answer; anything unrecognised is `unresolved` (L7)."""
+    if isinstance(raw, RequestStatus):
+        return raw
+    if not isinstance(raw, dict):
+        return RequestStatus(outcome="unresolved", error=f"unknown answer: {raw!r:.120}")
+    try:
+        return RequestStatus.model_validate(raw)
+    except ValidationError as error:
+        return RequestStatus(
+            outcome="unresolved", error=format_validation_error("status", error)[:300]
+        )
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a request does after one submit or query answer."""
+
+    result: Literal["resolved", "blocked", "retry"]
+    status: RequestStatus
+    next_action: RequestAction
+    delay_ms: int = 0
+    retry_at: int | None = None
+
+
+def next_step(
+    action: RequestAction, raw_status: Any, attempt: int, retry: RetryConfig, now_ms: int
+) -> Step:
+    """L7-L10 after the `attempt`-th call (1-based, submits and queries counted).
+
+    applied/rejected resolve; `blocked: true` blocks (the blocked action is retried on resume);
+    otherwise after a submit or an `accepted` the next action is query, after a query that
+    says `unresolved` it is submit, following the L8 delay.
+    """
+    status = normalize_status(raw_status)
+    if status.outcome in ("applied", "rejected"):
+        return Step("resolved", status, action)
+    if status.blocked:
+        return Step("blocked", status, action)
+    following: RequestAction = (
+        "query" if action == "submit" or status.outcome == "accepted" else "submit"
+    )
+    delay = retry_delay_ms(attempt, retry, status.retry_after_ms)
+    return Step("retry", status, following, delay, now_ms + delay)
+
+
+def record_progress(state: LedgerState, report: RequestReport) -> bool:
+    """A non-final attempt of an in-flight request: keep attempt/retry_at/next action."""
+    request = state.requests.get(report.request_id)
+    if request is None or request.phase != "in_flight":
+        return False
+    request.attempt = report.attempt
+    request.retry_at = report.retry_at
+    request.retry_action = report.next_action
+    request.last_status = report.status
+    return True
+
+
+def record_finished(state: LedgerState, report: RequestReport) -> bool:
+    """A request's loop ended: resolved (L9) releases claims; blocked (L10) keeps them."""
+    request = state.requests.get(report.request_id)
+    if request is None or request.phase in ("resolved", "blocked"):
+        return False
+    request.attempt = report.attempt
+    request.retry_action = report.next_action
+    request.last_status = report.status
+    request.retry_at = None
+    status = normalize_status(report.status)
+    if report.phase == "resolved":
+        request.phase = "resolved"
+        _release_claims(state, request.id)
+        for op_id in request.operation_ids:
+            record = state.operations[op_id]
+            record.phase = "resolved"
+            record.outcome = status.outcome
+            record.error = status.error
+            record.blockers = []
+        return True
+    reason = status.error or "blocked"
+    request.phase = "blocked"
+    request.blocker = reason
+    for op_id in request.operation_ids:
+        _block_operation(state.operations[op_id], [reason], reason)
+    return True
+
+
+def request_interrupted(state: LedgerState, request_id: str, reason: str, stopped: bool) -> bool:
+    """A request's loop ended without reporting (stopped, or its workflow failed).
+
+    Stopped: back to `frozen` with its recorded next action (claims kept, it may have been
+    sent). Failed: `blocked` with the reason, until `resume`.
+    """
+    request = state.requests.get(request_id)
+    if request is None or request.phase != "in_flight":
+        return False
+    if stopped:
+        request.phase = "frozen"
+        return True
+    request.phase = "blocked"
+    request.blocker = reason
+    for op_id in request.operation_ids:
+        _block_operation(state.operations[op_id], [reason], reason)
+    return True
+
+
+# ---------------------------------------------------------------- operator actions
+
+
+def resume(state: LedgerState, config: LedgerConfig) -> list[str]:
+    """L13: blocked requests (supported protocol) become frozen to be relaunched with their
+    recorded action; operations blocked at compile go back to pending. Returns touched IDs."""
+    touched: list[str] = []
+    for request in state.requests.values():
+        if request.phase != "blocked":
+            continue
+        if request.body.get("protocol_version") not in config.supported_protocol_versions:
+            continue
+        request.phase = "frozen"
+        request.blocker = None
+        touched.append(request.id)
+    for record in state.operations.values():
+        if record.phase != "blocked" or record.request_id is not None:
+            continue
+        if any(b in PERMANENT_BLOCKERS for b in record.blockers):
+            continue
+        record.phase = "pending"
+        record.blockers = []
+        record.error = None
+        touched.append(record.intent.id)
+    return touched
+
+
+def check_skip(state: LedgerState, op_id: str) -> OperationRecord:
+    """A skip is allowed for a known operation that is pending or blocked and not in flight."""
+    record = state.operations.get(op_id)
+    if record is None:
+        raise LedgerInputError(f"invalid skip input: operation_id {op_id!r} is not known")
+    if record.phase == "resolved":
+        raise LedgerInputError(f"invalid skip input: operation {op_id!r} is already resolved")
+    if op_id in state.compiling:
+        raise LedgerInputError(f"invalid skip input: operation {op_id!r} is compiling")
+    request = state.requests.get(record.request_id or "")
+    if request is not None and request.phase == "in_flight":
+        raise LedgerInputError(
+            f"invalid skip input: operation {op_id!r} has request {request.id!r} in flight"
+        )
+    return record
+
+
+def skip(state: LedgerState, op_id: str, reason: str) -> None:
+    """Resolve a stuck operation as `skipped` (see module docstring), releasing its canvases."""
+    record = check_skip(state, op_id)
+    request = state.requests.get(record.request_id or "")
+    if request is not None:
+        request.phase = "resolved"
+        request.blocker = None
+        request.last_status = {"outcome": SKIPPED, "error": reason}
+        _release_claims(state, request.id)
+    record.phase = "resolved"
+    record.outcome = SKIPPED
+    record.error = reason
+    record.blockers = []
+
+
+def hold(state: LedgerState, token: str) -> None:
+    """L12: no new launch until every token is released."""
+    state.holds.append(token)
+
+
+def release(state: LedgerState, token: str) -> bool:
+    """Release one hold token; False when it was not held."""
+    if token not in state.holds:
+        return False
+    state.holds.remove(token)
+    return True
+
+
+def recover(state: LedgerState) -> None:
+    """L14, before anything is sent: drop compile reservations (nothing was recorded for
+    them) and rebuild claims from unresolved requests, refusing two claims on one canvas."""
+    for op_id in list(state.compiling):
+        record = state.operations[op_id]
+        record.phase = "pending"
+        record.request_id = None
+    state.compiling = {}
+    claims: dict[str, str] = {}
+    for request in state.requests.values():
+        if request.phase == "resolved":
+            continue
+        for canvas in request.canvas_ids:
+            holder = claims.get(canvas)
+            if holder is not None and holder != request.id:
+                raise RecoveryConflictError(
+                    f"recovery_claim_conflict: canvas {canvas!r} is claimed by unresolved "
+                    f"requests {holder!r} and {request.id!r}"
+                )
+            claims[canvas] = request.id
+    state.claims = claims
+
+
+# ---------------------------------------------------------------- views
+
+
+def snapshot(state: LedgerState) -> dict[str, Any]:
+    """The `snapshot` query: operations and requests in sequence order, claims, holds."""
+    return {
+        "ledger_id": state.ledger_id,
+        "stopped": state.stopped,
+        "held": bool(state.holds),
+        "holds": len(state.holds),
+        "dropped_signals": state.dropped_signals,
+        "operations": [
+            {
+                "id": r.intent.id,
+                "operation_type": r.intent.operation_type,
+                "sequence": r.sequence,
+                "phase": r.phase,
+                "blockers": list(r.blockers),
+                "request_id": r.request_id,
+                "outcome": r.outcome,
+                "error": r.error,
+            }
+            for r in state.operations.values()
+        ],
+        "requests": [
+            {
+                "id": q.id,
+                "operation_ids": list(q.operation_ids),
+                "phase": q.phase,
+                "attempt": q.attempt,
+                "retry_at": q.retry_at,
+                "retry_action": q.retry_action,
+                "canvas_ids": list(q.canvas_ids),
+                "blocker": q.blocker,
+                "last_status": q.last_status,
+            }
+            for q in state.requests.values()
+        ],
+        "claims": dict(state.claims),
+    }
+
+
+def settled(state: LedgerState) -> bool:
+    """Nothing compiling or in flight and every operation resolved or blocked."""
+    total, _ = in_flight(state)
+    return total == 0 and all(r.phase in ("resolved", "blocked") for r in state.operations.values())
+
+
+# ---------------------------------------------------------------- internals
+
+
+def _block_operation(record: OperationRecord, blockers: list[str], error: str) -> None:
+    record.phase = "blocked"
+    record.blockers = blockers
+    record.error = error
+
+
+def _release_claims(state: LedgerState, request_id: str) -> None:
+    for canvas in [c for c, holder in state.claims.items() if holder == request_id]:
+        del state.claims[canvas]

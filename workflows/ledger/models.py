@@ -1,0 +1,196 @@
+"""Wire shapes of the operation ledger (SPEC "Operation ledger") and its carried state.
+
+Field names are the public contract: snake_case, times in epoch ms, durations in `*_ms`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+OperationPhase = Literal["pending", "dispatched", "resolved", "blocked"]
+RequestPhase = Literal["frozen", "in_flight", "resolved", "blocked"]
+RequestAction = Literal["submit", "query"]
+Outcome = Literal["applied", "rejected", "accepted", "unresolved"]
+
+MAX_INT32 = 2**31 - 1
+
+
+class RetryConfig(BaseModel):
+    """Backoff between submit/query attempts of one frozen request (L8)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    initial_interval_ms: int = Field(default=500, ge=1, le=MAX_INT32)
+    backoff_coefficient: float = Field(default=2.0, ge=1.0)
+    maximum_interval_ms: int = Field(default=30_000, ge=1, le=MAX_INT32)
+
+
+def _default_lanes() -> dict[str, int]:
+    return {"asset.upload": 1}
+
+
+def _default_participant_free() -> list[str]:
+    return ["asset.upload", "run.cancel"]
+
+
+class LedgerConfig(BaseModel):
+    """The settings part of the start input; carried unchanged across continue-as-new."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ledger_id: str | None = None
+    concurrency: int = Field(default=2, ge=1, le=1000)
+    lanes: dict[str, int] = Field(default_factory=_default_lanes)
+    participant_free_types: list[str] = Field(default_factory=_default_participant_free)
+    supported_protocol_versions: list[int] = Field(default_factory=lambda: [1])
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    compile_activity: str = Field(default="compile", min_length=1)
+    submit_activity: str = Field(default="submit", min_length=1)
+    query_activity: str = Field(default="query", min_length=1)
+    activity_task_queue: str | None = None
+    # Not part of the wire contract: continue-as-new once history reaches this many events
+    # (None: when Temporal suggests it, with a safety cap). Tests use a tiny value.
+    continue_as_new_after_events: int | None = Field(default=None, ge=1)
+
+
+class OperationIntent(BaseModel):
+    """One operation as the user enqueues it. Strict: wrong types are rejected, not coerced."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    id: str = Field(min_length=1)
+    operation_type: str = Field(min_length=1)
+    participants: list[str] = Field(default_factory=list)
+    dependencies: list[str] = Field(default_factory=list)
+    payload: JsonValue = None
+    protocol_version: int = 1
+
+
+class EnqueueInput(BaseModel):
+    """`enqueue` payload: `{"operations": [intent, ...]}`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    operations: list[OperationIntent]
+
+
+class EnqueueResult(BaseModel):
+    """`enqueue` update result."""
+
+    accepted: list[str]
+    duplicates: list[str]
+
+
+class ReleaseInput(BaseModel):
+    """`release` payload: `{"token": str}`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    token: str = Field(min_length=1)
+
+
+class SkipInput(BaseModel):
+    """`skip` payload (ours, beyond the seed): give up on one operation."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    operation_id: str = Field(min_length=1)
+    reason: str = "skipped"
+
+
+class EmptyInput(BaseModel):
+    """`resume` / `stop` payload: `{}` (unknown fields are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class RequestStatus(BaseModel):
+    """What submit and query answer (unknown fields are kept)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    outcome: Outcome = "unresolved"
+    error: str | None = None
+    retry_after_ms: int | None = None
+    canonical: JsonValue = None
+    blocked: bool | None = None
+
+
+class OperationRecord(BaseModel):
+    """An enqueued operation and where it is (L2-L6, L9)."""
+
+    intent: OperationIntent
+    sequence: int
+    phase: OperationPhase = "pending"
+    blockers: list[str] = Field(default_factory=list)
+    request_id: str | None = None
+    outcome: str | None = None
+    error: str | None = None
+
+
+class RequestRecord(BaseModel):
+    """A frozen request: the exact body sent, plus its submit/query progress (L6-L10)."""
+
+    id: str
+    operation_ids: list[str]
+    operation_type: str
+    canvas_ids: list[str]
+    body: dict[str, Any]
+    phase: RequestPhase = "frozen"
+    attempt: int = 0
+    retry_at: int | None = None
+    retry_action: RequestAction = "submit"
+    last_status: dict[str, Any] | None = None
+    blocker: str | None = None
+
+
+class LedgerState(BaseModel):
+    """Everything the ledger knows; carried whole across continue-as-new."""
+
+    ledger_id: str
+    operations: dict[str, OperationRecord] = Field(default_factory=dict)
+    requests: dict[str, RequestRecord] = Field(default_factory=dict)
+    # op id -> request id reserved while its compile activity runs.
+    compiling: dict[str, str] = Field(default_factory=dict)
+    claims: dict[str, str] = Field(default_factory=dict)
+    holds: list[str] = Field(default_factory=list)
+    next_sequence: int = 1
+    stopped: bool = False
+    dropped_signals: int = 0
+
+
+class LedgerInput(LedgerConfig):
+    """Start input of `OperationLedger`: every field optional.
+
+    `carried_state` is internal: the state handed over by continue-as-new.
+    """
+
+    carried_state: LedgerState | None = None
+
+
+class FrozenRequestInput(BaseModel):
+    """Start input of a `FrozenRequest` child: the frozen body and where its loop resumes."""
+
+    ledger_id: str
+    request: dict[str, Any]
+    next_action: RequestAction = "submit"
+    attempt: int = 0
+    not_before: int | None = None
+    submit_activity: str = "submit"
+    query_activity: str = "query"
+    activity_task_queue: str | None = None
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    activity_timeout_ms: int = 30_000
+
+
+class RequestReport(BaseModel):
+    """What a `FrozenRequest` signals to its ledger (`request_progress`/`request_finished`)."""
+
+    request_id: str
+    phase: RequestPhase
+    status: dict[str, Any]
+    attempt: int
+    next_action: RequestAction
+    retry_at: int | None = None

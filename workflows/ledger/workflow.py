@@ -1,0 +1,552 @@
+"""Temporal shell of the operation ledger: `OperationLedger` and its `FrozenRequest` children.
+
+All decisions live in `workflows.ledger.core`; this module only moves messages, activity
+results and child reports into it, and turns its plans into activities and children.
+
+- Event history is the ledger: the compile activity's result and the frozen request are in
+  history/state before the `FrozenRequest` child (which alone sends anything) starts (L6).
+- Each `FrozenRequest` owns its submit/query loop on durable timers (L7, L8) and reports to
+  `ledger:<ledger_id>` by signal (no run ID, so it reaches the current run after
+  continue-as-new). Children are started with parent-close policy ABANDON: continue-as-new
+  never terminates a request in flight.
+- Signals and updates share names (`enqueue`, `release`, `resume`, `skip`); a bad signal is
+  logged, counted (`dropped_signals` in the snapshot) and dropped, never raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    FailureError,
+    WorkflowAlreadyStartedError,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
+    from workflows.ledger import (
+        FROZEN_REQUEST_WORKFLOW,
+        LEDGER_ID_PREFIX,
+        LEDGER_WORKFLOW,
+        core,
+        ledger_workflow_id,
+        request_workflow_id,
+    )
+    from workflows.ledger.models import (
+        EmptyInput,
+        EnqueueResult,
+        FrozenRequestInput,
+        LedgerConfig,
+        LedgerInput,
+        LedgerState,
+        ReleaseInput,
+        RequestReport,
+        SkipInput,
+    )
+    from workflows.search_attributes import LEDGER_ID
+
+COMPILE_TIMEOUT = timedelta(seconds=60)
+COMPILE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3)
+# The FrozenRequest loop owns retries (L7, L8): one activity attempt per submit/query.
+SEND_RETRY = RetryPolicy(maximum_attempts=1)
+# Continue-as-new at this many events even if Temporal has not suggested it yet.
+SAFETY_CAP_EVENTS = 10_000
+# A FrozenRequest continues-as-new after this many non-final attempts (bounded history).
+REQUEST_ATTEMPTS_PER_RUN = 200
+CHILD_START_TRIES = 60
+
+
+def _now_ms() -> int:
+    return int(workflow.now().timestamp() * 1000)
+
+
+def _failure_message(error: BaseException) -> str:
+    """The innermost failure's message (an activity's ApplicationError, a timeout...)."""
+    cause: BaseException = error
+    while isinstance(cause, FailureError) and cause.cause is not None:
+        cause = cause.cause
+    return str(cause) or type(cause).__name__
+
+
+def _reject(error: Exception) -> ApplicationError:
+    return ApplicationError(str(error), type=type(error).__name__, non_retryable=True)
+
+
+@workflow.defn(name=LEDGER_WORKFLOW)
+class OperationLedgerWorkflow:
+    """One ledger per `ledger_id` (L1): records intents and drives them to frozen requests."""
+
+    @workflow.init
+    def __init__(self, input: LedgerInput | None = None) -> None:
+        start = input or LedgerInput()
+        workflow_id = workflow.info().workflow_id
+        default_id = workflow_id.removeprefix(LEDGER_ID_PREFIX)
+        self._config = LedgerConfig.model_validate(
+            {**start.model_dump(exclude={"carried_state"}), "ledger_id": start.ledger_id}
+        )
+        self._ledger_id = start.ledger_id or default_id
+        self._state = start.carried_state or LedgerState(ledger_id=self._ledger_id)
+        self._recovery_error: str | None = None
+        try:
+            core.recover(self._state)  # L14: before anything is sent
+        except core.RecoveryConflictError as error:
+            self._recovery_error = str(error)
+        self._compiles: dict[str, asyncio.Task[None]] = {}
+        self._children: dict[str, asyncio.Task[None]] = {}
+        self._starting: set[str] = set()
+        self._wake = True
+        self._final: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------ main loop
+
+    @workflow.run
+    async def run(self, input: LedgerInput | None = None) -> dict[str, Any]:
+        """Pump until stopped; continue-as-new when history grows (L14)."""
+        if self._recovery_error is not None:
+            raise ApplicationError(
+                self._recovery_error, type="LedgerRecoveryConflict", non_retryable=True
+            )
+        workflow.upsert_search_attributes([LEDGER_ID.value_set(self._ledger_id)])
+        while True:
+            await workflow.wait_condition(
+                lambda: self._wake or self._final is not None or self._ready_to_continue()
+            )
+            if self._final is not None:
+                break
+            if self._ready_to_continue():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                if self._final is None and self._ready_to_continue():
+                    workflow.continue_as_new(
+                        LedgerInput(
+                            **self._config.model_dump(exclude={"ledger_id"}),
+                            ledger_id=self._ledger_id,
+                            carried_state=self._state,
+                        )
+                    )
+            self._wake = False
+            self._pump()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self._final
+
+    def _history_due(self) -> bool:
+        info = workflow.info()
+        length = info.get_current_history_length()
+        limit = self._config.continue_as_new_after_events
+        if limit is not None:
+            return length >= limit
+        return info.is_continue_as_new_suggested() or length >= SAFETY_CAP_EVENTS
+
+    def _ready_to_continue(self) -> bool:
+        """History is long and nothing half-done would be lost by continuing as new."""
+        return (
+            not self._state.stopped
+            and self._history_due()
+            and not self._compiles
+            and not self._starting
+        )
+
+    def _pump(self) -> None:
+        """Launch what the core plans: resumed requests first, then ready operations."""
+        if self._state.stopped or self._history_due():
+            return
+        for request_id in core.plan_launches(self._state, self._config):
+            core.mark_launched(self._state, request_id)
+            self._launch(request_id)
+        for op_id in core.plan_dispatches(self._state, self._config):
+            request_id = str(workflow.uuid4())
+            core.begin_dispatch(self._state, op_id, request_id)
+            self._compiles[op_id] = asyncio.create_task(self._compile(op_id, request_id))
+
+    async def _compile(self, op_id: str, request_id: str) -> None:
+        intent = self._state.operations[op_id].intent
+        try:
+            compiled = await workflow.execute_activity(
+                self._config.compile_activity,
+                args=[intent.model_dump(mode="json"), request_id],
+                task_queue=self._config.activity_task_queue,
+                start_to_close_timeout=COMPILE_TIMEOUT,
+                retry_policy=COMPILE_RETRY,
+                summary=f"compile {op_id}",
+            )
+        except ActivityError as error:
+            core.block_compile(self._state, op_id, _failure_message(error))
+            compiled = None
+        except asyncio.CancelledError:
+            core.abandon_dispatch(self._state, op_id)
+            raise
+        finally:
+            self._compiles.pop(op_id, None)
+            self._wake = True
+        if compiled is not None or op_id in self._state.compiling:
+            verdict = core.freeze(self._state, self._config, op_id, request_id, compiled)
+            if verdict == "launch":
+                self._launch(request_id)
+
+    def _launch(self, request_id: str) -> None:
+        previous = self._children.get(request_id)
+        self._children[request_id] = asyncio.create_task(self._run_request(request_id, previous))
+
+    async def _run_request(self, request_id: str, previous: asyncio.Task[None] | None) -> None:
+        me = asyncio.current_task()
+        try:
+            if previous is not None:
+                await workflow.wait_condition(previous.done)
+            request = self._state.requests[request_id]
+            child_input = FrozenRequestInput(
+                ledger_id=self._ledger_id,
+                request=request.body,
+                next_action=request.retry_action,
+                attempt=request.attempt,
+                not_before=request.retry_at,
+                submit_activity=self._config.submit_activity,
+                query_activity=self._config.query_activity,
+                activity_task_queue=self._config.activity_task_queue,
+                retry=self._config.retry,
+            )
+            self._starting.add(request_id)
+            try:
+                handle = await self._start_child(request_id, child_input)
+            finally:
+                self._starting.discard(request_id)
+            if handle is None:
+                core.request_interrupted(
+                    self._state, request_id, "request_workflow_already_running", stopped=False
+                )
+                return
+            try:
+                result = await handle
+            except ChildWorkflowError as error:
+                core.request_interrupted(
+                    self._state,
+                    request_id,
+                    f"request_workflow_failed: {_failure_message(error)}",
+                    stopped=self._state.stopped,
+                )
+                return
+            try:
+                core.record_finished(self._state, RequestReport.model_validate(result))
+            except ValidationError:
+                workflow.logger.warning("request %s returned %r", request_id, result)
+        except asyncio.CancelledError:
+            core.request_interrupted(self._state, request_id, "stopped", stopped=True)
+            raise
+        finally:
+            if self._children.get(request_id) is me:
+                del self._children[request_id]
+            self._wake = True
+
+    async def _start_child(
+        self, request_id: str, child_input: FrozenRequestInput
+    ) -> workflow.ChildWorkflowHandle[Any, Any] | None:
+        operations = ", ".join(self._state.requests[request_id].operation_ids)
+        for _ in range(CHILD_START_TRIES):
+            try:
+                return await workflow.start_child_workflow(
+                    FROZEN_REQUEST_WORKFLOW,
+                    child_input,
+                    id=request_workflow_id(self._ledger_id, request_id),
+                    parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                    static_summary=f"request {request_id} for {operations}",
+                )
+            except WorkflowAlreadyStartedError:
+                # The previous run of this request (before resume) is still closing.
+                await workflow.sleep(timedelta(seconds=1))
+        return None
+
+    # ------------------------------------------------------------ enqueue (L2)
+
+    @workflow.update(name="enqueue")
+    async def enqueue(self, raw: Any = None) -> EnqueueResult:
+        """Record intents; returns accepted and duplicate IDs once recorded."""
+        try:
+            batch = core.validate_enqueue(self._state, raw)
+        except core.LedgerInputError as error:
+            raise _reject(error) from None
+        result = core.enqueue(self._state, batch)
+        self._wake = True
+        return result
+
+    @enqueue.validator
+    def validate_enqueue(self, raw: Any = None) -> None:
+        """Reject malformed intents, repeated IDs, cycles; nothing is recorded."""
+        try:
+            core.validate_enqueue(self._state, raw)
+        except core.LedgerInputError as error:
+            raise _reject(error) from None
+
+    @workflow.signal(name="enqueue")
+    def enqueue_signal(self, raw: Any = None) -> None:
+        """`enqueue` as a signal: bad input is logged, counted and dropped."""
+        try:
+            batch = core.validate_enqueue(self._state, raw)
+        except core.LedgerInputError as error:
+            self._drop("enqueue", error)
+            return
+        core.enqueue(self._state, batch)
+        self._wake = True
+
+    # ------------------------------------------------------------ hold / release (L12)
+
+    @workflow.update(name="hold")
+    async def hold(self, raw: Any = None) -> str:
+        """Stop new launches until the returned token is released."""
+        token = str(workflow.uuid4())
+        core.hold(self._state, token)
+        return token
+
+    @hold.validator
+    def validate_hold(self, raw: Any = None) -> None:
+        """A stopped ledger takes no holds."""
+        if self._state.stopped:
+            raise ApplicationError("ledger is stopped", type="LedgerStopped", non_retryable=True)
+
+    @workflow.update(name="release")
+    async def release(self, raw: Any = None) -> bool:
+        """Release one hold token."""
+        released = core.release(self._state, self._parse_release(raw).token)
+        self._wake = True
+        return released
+
+    @release.validator
+    def validate_release(self, raw: Any = None) -> None:
+        """The token must be one currently held."""
+        token = self._parse_release(raw).token
+        if token not in self._state.holds:
+            raise _reject(
+                core.LedgerInputError(f"invalid release input: token {token!r} is not held")
+            )
+
+    @workflow.signal(name="release")
+    def release_signal(self, raw: Any = None) -> None:
+        """`release` as a signal."""
+        try:
+            token = self._parse_release(raw).token
+        except ApplicationError as error:
+            self._drop("release", error)
+            return
+        if not core.release(self._state, token):
+            self._drop("release", ValueError(f"token {token!r} is not held"))
+        self._wake = True
+
+    def _parse_release(self, raw: Any) -> ReleaseInput:
+        try:
+            return ReleaseInput.model_validate(raw)
+        except ValidationError as error:
+            raise _reject(
+                core.LedgerInputError(core.format_validation_error("release input", error))
+            ) from None
+
+    # ------------------------------------------------------------ resume (L13) / skip
+
+    @workflow.update(name="resume")
+    async def resume(self, raw: Any = None) -> dict[str, list[str]]:
+        """Retry blocked requests with their frozen body and re-examine every operation."""
+        touched = core.resume(self._state, self._config)
+        self._wake = True
+        return {"resumed": touched}
+
+    @resume.validator
+    def validate_resume(self, raw: Any = None) -> None:
+        """`{}` on a running ledger."""
+        self._check_empty("resume", raw)
+
+    @workflow.signal(name="resume")
+    def resume_signal(self, raw: Any = None) -> None:
+        """`resume` as a signal."""
+        try:
+            self._check_empty("resume", raw)
+        except ApplicationError as error:
+            self._drop("resume", error)
+            return
+        core.resume(self._state, self._config)
+        self._wake = True
+
+    @workflow.update(name="skip")
+    async def skip(self, raw: Any = None) -> bool:
+        """Resolve a stuck operation as `skipped`; its dependents proceed (see core)."""
+        parsed = self._parse_skip(raw)
+        core.skip(self._state, parsed.operation_id, parsed.reason)
+        self._wake = True
+        return True
+
+    @skip.validator
+    def validate_skip(self, raw: Any = None) -> None:
+        """Known, unresolved, not in flight."""
+        self._parse_skip(raw)
+
+    @workflow.signal(name="skip")
+    def skip_signal(self, raw: Any = None) -> None:
+        """`skip` as a signal."""
+        try:
+            parsed = self._parse_skip(raw)
+        except ApplicationError as error:
+            self._drop("skip", error)
+            return
+        core.skip(self._state, parsed.operation_id, parsed.reason)
+        self._wake = True
+
+    def _parse_skip(self, raw: Any) -> SkipInput:
+        try:
+            parsed = SkipInput.model_validate(raw)
+            core.check_skip(self._state, parsed.operation_id)
+        except ValidationError as error:
+            raise _reject(
+                core.LedgerInputError(core.format_validation_error("skip input", error))
+            ) from None
+        except core.LedgerInputError as error:
+            raise _reject(error) from None
+        return parsed
+
+    def _check_empty(self, name: str, raw: Any) -> None:
+        if self._state.stopped:
+            raise ApplicationError("ledger is stopped", type="LedgerStopped", non_retryable=True)
+        try:
+            EmptyInput.model_validate({} if raw is None else raw)
+        except ValidationError as error:
+            raise _reject(
+                core.LedgerInputError(core.format_validation_error(f"{name} input", error))
+            ) from None
+
+    # ------------------------------------------------------------ stop
+
+    @workflow.update(name="stop")
+    async def stop(self, raw: Any = None) -> dict[str, Any]:
+        """Stop dispatching, cancel what is in flight, complete with the final snapshot."""
+        self._state.stopped = True
+        for task in list(self._compiles.values()):
+            task.cancel()
+        for task in list(self._children.values()):
+            task.cancel()
+        # Requests started by an earlier run (before continue-as-new) have no local task.
+        for request in list(self._state.requests.values()):
+            if request.phase == "in_flight" and request.id not in self._children:
+                child = workflow.get_external_workflow_handle(
+                    request_workflow_id(self._ledger_id, request.id)
+                )
+                try:
+                    await child.cancel()
+                except ApplicationError as error:
+                    workflow.logger.info("request %s already closed: %s", request.id, error)
+                core.request_interrupted(self._state, request.id, "stopped", stopped=True)
+        await workflow.wait_condition(lambda: not self._compiles and not self._children)
+        self._final = core.snapshot(self._state)
+        return self._final
+
+    @stop.validator
+    def validate_stop(self, raw: Any = None) -> None:
+        """`{}`, once."""
+        self._check_empty("stop", raw)
+
+    # ------------------------------------------------------------ child reports
+
+    @workflow.signal(name="request_progress")
+    def request_progress(self, raw: Any = None) -> None:
+        """A non-final attempt of a frozen request (attempt, retry_at, next action)."""
+        report = self._parse_report("request_progress", raw)
+        if report is not None:
+            core.record_progress(self._state, report)
+
+    @workflow.signal(name="request_finished")
+    def request_finished(self, raw: Any = None) -> None:
+        """A frozen request resolved or blocked."""
+        report = self._parse_report("request_finished", raw)
+        if report is not None and core.record_finished(self._state, report):
+            self._wake = True
+
+    def _parse_report(self, name: str, raw: Any) -> RequestReport | None:
+        try:
+            return RequestReport.model_validate(raw)
+        except ValidationError as error:
+            self._drop(name, error)
+            return None
+
+    def _drop(self, name: str, error: Exception) -> None:
+        self._state.dropped_signals += 1
+        workflow.logger.warning("dropped %s signal: %s", name, error)
+
+    # ------------------------------------------------------------ queries
+
+    @workflow.query(name="snapshot")
+    def snapshot(self) -> dict[str, Any]:
+        """Operations, requests, claims, holds."""
+        return core.snapshot(self._state)
+
+    @workflow.query(name="claims")
+    def claims(self) -> dict[str, str]:
+        """`{canvas_id: request_id}`."""
+        return dict(self._state.claims)
+
+
+@workflow.defn(name=FROZEN_REQUEST_WORKFLOW)
+class FrozenRequestWorkflow:
+    """Submit, then query, one frozen request until it resolves or blocks (L7-L10).
+
+    The request body never changes; every call carries it whole, with its idempotency key.
+    """
+
+    @workflow.run
+    async def run(self, input: FrozenRequestInput) -> dict[str, Any]:
+        """The loop; returns (and signals to the ledger) the final report."""
+        request_id = str(input.request["id"])
+        ledger = workflow.get_external_workflow_handle(ledger_workflow_id(input.ledger_id))
+        if input.not_before is not None and input.not_before > _now_ms():
+            await workflow.sleep(timedelta(milliseconds=input.not_before - _now_ms()))
+        action = input.next_action
+        attempt = input.attempt
+        for _ in range(REQUEST_ATTEMPTS_PER_RUN):
+            name = input.submit_activity if action == "submit" else input.query_activity
+            try:
+                raw: Any = await workflow.execute_activity(
+                    name,
+                    input.request,
+                    task_queue=input.activity_task_queue,
+                    start_to_close_timeout=timedelta(milliseconds=input.activity_timeout_ms),
+                    retry_policy=SEND_RETRY,
+                    summary=f"{action} {request_id}",
+                )
+            except ActivityError as error:
+                raw = {"outcome": "unresolved", "error": f"transport: {_failure_message(error)}"}
+            attempt += 1
+            step = core.next_step(action, raw, attempt, input.retry, _now_ms())
+            status = step.status.model_dump(mode="json", exclude_none=True)
+            if step.result != "retry":
+                report = RequestReport(
+                    request_id=request_id,
+                    phase="resolved" if step.result == "resolved" else "blocked",
+                    status=status,
+                    attempt=attempt,
+                    next_action=step.next_action,
+                )
+                await self._tell(ledger, "request_finished", report)
+                return report.model_dump(mode="json")
+            progress = RequestReport(
+                request_id=request_id,
+                phase="in_flight",
+                status=status,
+                attempt=attempt,
+                next_action=step.next_action,
+                retry_at=step.retry_at,
+            )
+            await self._tell(ledger, "request_progress", progress)
+            await workflow.sleep(timedelta(milliseconds=step.delay_ms))
+            action = step.next_action
+        workflow.continue_as_new(
+            input.model_copy(update={"next_action": action, "attempt": attempt, "not_before": None})
+        )
+
+    async def _tell(
+        self, ledger: workflow.ExternalWorkflowHandle[Any], name: str, report: RequestReport
+    ) -> None:
+        try:
+            await ledger.signal(name, report.model_dump(mode="json"))
+        except ApplicationError as error:
+            # The ledger is gone (stopped); the report is still this workflow's result.
+            workflow.logger.warning("cannot report %s to the ledger: %s", name, error)
