@@ -24,9 +24,7 @@ async def _call(
     return await operation(payloads)
 
 
-def make_handler(
-    codec: PayloadCodec, allowed_origin: str = "*"
-) -> type[BaseHTTPRequestHandler]:
+def make_handler(codec: PayloadCodec, allowed_origin: str = "*") -> type[BaseHTTPRequestHandler]:
     """A request handler class bound to `codec`."""
 
     class CodecHandler(BaseHTTPRequestHandler):

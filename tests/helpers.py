@@ -52,7 +52,9 @@ def subprocess_env(address: str, **extra: str) -> dict[str, str]:
     return env
 
 
-async def temporal(address: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+async def temporal(
+    address: str, *args: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Run the real `temporal` CLI against the test server (without blocking the loop)."""
     return await run_command([temporal_cli(), *args, "--address", address], check=check)
 
@@ -89,9 +91,7 @@ async def run_command(
     return result
 
 
-async def eventually(
-    check: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1
-) -> Any:
+async def eventually(check: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1) -> Any:
     """Poll an (async or sync) check until it returns a truthy value; fail after timeout."""
     deadline = asyncio.get_running_loop().time() + timeout
     last: Any = None
