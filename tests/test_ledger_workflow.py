@@ -1,0 +1,489 @@
+"""OperationLedger and FrozenRequest on the real dev server, against a recording HTTP server."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
+
+from activities.ledger import compile_passthrough, ledger_activities
+from tests.helpers import eventually, temporal
+from tests.test_ledger_support import (
+    Answer,
+    all_settled,
+    intent,
+    ledger_worker,
+    operations,
+    recording_server,
+    requests,
+    snapshot,
+)
+from workflows.ledger.models import LedgerInput, RetryConfig
+
+HISTORIES = Path(__file__).parent / "histories"
+FAST_RETRY = RetryConfig(initial_interval_ms=50, backoff_coefficient=2.0, maximum_interval_ms=200)
+
+
+def http_input(**overrides: Any) -> LedgerInput:
+    """Ledger input using the HTTP activities and fast retries."""
+    values: dict[str, Any] = {
+        "submit_activity": "http_submit",
+        "query_activity": "http_query",
+        "retry": FAST_RETRY,
+    }
+    values.update(overrides)
+    return LedgerInput(**values)
+
+
+async def start_ledger(
+    client: Client, ledger_id: str, task_queue: str, config: LedgerInput
+) -> WorkflowHandle[Any, Any]:
+    return await client.start_workflow(
+        "OperationLedger", config, id=f"ledger:{ledger_id}", task_queue=task_queue
+    )
+
+
+async def enqueue(handle: WorkflowHandle[Any, Any], *intents: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = await handle.execute_update(
+        "enqueue", {"operations": list(intents)}, result_type=dict
+    )
+    return result
+
+
+async def settled(handle: WorkflowHandle[Any, Any], timeout: float = 30) -> dict[str, Any]:
+    async def check() -> dict[str, Any] | None:
+        snap = await snapshot(handle)
+        return snap if all_settled(snap) else None
+
+    result: dict[str, Any] = await eventually(check, timeout=timeout)
+    return result
+
+
+async def test_enqueue_by_update_with_start_records_and_reports_duplicates(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    async with ledger_worker(client, task_queue):
+        start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+            "OperationLedger",
+            LedgerInput(),
+            id=f"ledger:{unique}",
+            task_queue=task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+        first = await client.execute_update_with_start_workflow(
+            "enqueue",
+            {"operations": [intent("a", ["c1"]), intent("b", ["c1"], ["a"])]},
+            start_workflow_operation=start,
+            result_type=dict,
+        )
+        assert first == {"accepted": ["a", "b"], "duplicates": []}
+        handle = client.get_workflow_handle(f"ledger:{unique}")
+        second = await enqueue(handle, intent("b", ["c9"]), intent("c", ["c2"]))
+        assert second == {"accepted": ["c"], "duplicates": ["b"]}
+        snap = await settled(handle)
+        ops = operations(snap)
+        assert [o["id"] for o in snap["operations"]] == ["a", "b", "c"]
+        assert [o["sequence"] for o in snap["operations"]] == [1, 2, 3]
+        assert {o["outcome"] for o in ops.values()} == {"applied"}
+        # The duplicate changed nothing: b still has its first participants.
+        request_b = requests(snap)[ops["b"]["request_id"]]
+        assert request_b["canvas_ids"] == ["c1"]
+        assert snap["claims"] == {}
+        assert snap["ledger_id"] == unique
+
+
+async def test_http_dependencies_claims_lanes_and_frozen_bodies_end_to_end(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    def answer(method: str, _request_id: str, count: int) -> Answer:
+        if method == "POST":
+            return 202, {}, {"outcome": "accepted"}
+        if count == 1:
+            return 404, {}, {"error": "not yet"}  # unresolved: re-submit the same body
+        return 200, {}, {"outcome": "applied"}
+
+    graph = [
+        intent("a", ["c1", "c2"]),
+        intent("b", ["c2"], ["a"]),
+        intent("c", ["c3"]),
+        intent("d", ["c1"], ["c"]),
+        intent("e", ["c3", "c4", "c3"]),
+        intent("f", [], operation_type="asset.upload"),
+        intent("g", [], operation_type="asset.upload"),
+        intent("h", ["c4"], ["b", "f"]),
+        intent("i", ["c2", "c4"]),
+        intent("j", [], operation_type="asset.upload", dependencies=["g"]),
+    ]
+    with recording_server(answer) as server:
+        activities = ledger_activities(server.base_url)
+        async with ledger_worker(client, task_queue, activities):
+            handle = await start_ledger(client, unique, task_queue, http_input(concurrency=3))
+            assert (await enqueue(handle, *graph))["accepted"] == [g["id"] for g in graph]
+            snap = await settled(handle, timeout=60)
+    ops = operations(snap)
+    assert {op_id: o["outcome"] for op_id, o in ops.items()} == {g["id"]: "applied" for g in graph}
+    assert server.violations == []
+    assert server.max_open <= 3
+    assert server.max_open_by_kind["asset.upload"] == 1
+    request_of = {op_id: o["request_id"] for op_id, o in ops.items()}
+    for g in graph:
+        rid = request_of[g["id"]]
+        for dependency in g["dependencies"]:
+            assert server.first_post[rid] > server.resolved_at[request_of[dependency]], g["id"]
+        sent = server.sent(rid)
+        # POST, GET (404: unresolved), POST again with the same body, GET (applied).
+        assert [r.method for r in sent] == ["POST", "GET", "POST", "GET"]
+        assert {r.key for r in sent} == {rid}
+        body = json.loads(server.bodies[rid])
+        assert body["id"] == rid == body["idempotency_key"]
+        assert body["operation_ids"] == [g["id"]]
+        assert body["canvas_ids"] == sorted(set(g["participants"]))
+        assert body["payload"] == {"op": g["id"]}
+        assert body["protocol_version"] == 1
+        assert body["ledger_id"] == unique
+        assert requests(snap)[rid]["attempt"] == 4
+
+
+async def test_retry_after_is_honoured_and_transport_errors_are_unresolved(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    def answer(method: str, _request_id: str, count: int) -> Answer:
+        if method == "POST" and count == 1:
+            return 503, {"Retry-After": "2"}, {"error": "busy"}
+        if method == "GET":
+            return 404, {}, None
+        return 200, {}, {"outcome": "applied"}
+
+    with recording_server(answer) as server:
+        activities = ledger_activities(server.base_url)
+        async with ledger_worker(client, task_queue, activities):
+            handle = await start_ledger(client, unique, task_queue, http_input())
+            await enqueue(handle, intent("a", ["c1"]))
+            snap = await settled(handle)
+    request = snap["requests"][0]
+    assert snap["operations"][0]["outcome"] == "applied"
+    assert [r.method for r in server.sent(request["id"])] == ["POST", "GET", "POST"]
+    child = client.get_workflow_handle(f"request:{unique}:{request['id']}")
+    timers = [
+        e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
+        async for e in child.fetch_history_events()
+        if e.HasField("timer_started_event_attributes")
+    ]
+    # Retry-After 2 s after the 503, then the L8 backoff (50 ms * 2^2) after the 404 query.
+    assert timers == [timedelta(seconds=2), timedelta(milliseconds=200)]
+
+
+async def test_network_error_is_unresolved_and_retried_with_the_same_body(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    # The server is gone before the ledger starts: every submit/query fails to connect.
+    with recording_server() as server:
+        url = server.base_url
+    activities = ledger_activities(url)
+    async with ledger_worker(client, task_queue, activities):
+        handle = await start_ledger(client, unique, task_queue, http_input())
+        await enqueue(handle, intent("a", ["c1"]))
+
+        async def failed_once() -> bool:
+            snap = await snapshot(handle)
+            status = (snap["requests"] or [{}])[0].get("last_status") or {}
+            return "transport" in (status.get("error") or "")
+
+        await eventually(failed_once)
+        snap = await snapshot(handle)
+        assert snap["operations"][0]["phase"] == "dispatched"
+        assert snap["requests"][0]["phase"] == "in_flight"
+        assert snap["claims"] == {"c1": snap["requests"][0]["id"]}
+        await handle.execute_update("stop", {})
+
+
+async def test_blocked_status_holds_claims_until_resume_then_same_body_applies(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    fixed = {"yes": False}
+
+    def answer(method: str, _request_id: str, _count: int) -> Answer:
+        if not fixed["yes"]:
+            return 401, {}, {"error": "token expired"}
+        return 200, {}, {"outcome": "applied"}
+
+    with recording_server(answer) as server:
+        activities = ledger_activities(server.base_url)
+        async with ledger_worker(client, task_queue, activities):
+            handle = await start_ledger(client, unique, task_queue, http_input())
+            await enqueue(handle, intent("a", ["c1"]), intent("b", ["c1"]))
+
+            async def blocked() -> dict[str, Any] | None:
+                snap = await snapshot(handle)
+                return snap if operations(snap)["a"]["phase"] == "blocked" else None
+
+            snap = await eventually(blocked)
+            a = operations(snap)["a"]
+            assert a["blockers"][0].startswith("http 401")
+            assert requests(snap)[a["request_id"]]["phase"] == "blocked"
+            assert snap["claims"] == {"c1": a["request_id"]}
+            assert operations(snap)["b"]["phase"] == "pending"  # waits for canvas c1
+            fixed["yes"] = True
+            resumed = await handle.execute_update("resume", {}, result_type=dict)
+            assert resumed == {"resumed": [a["request_id"]]}
+            snap = await settled(handle)
+    ops = operations(snap)
+    assert ops["a"]["outcome"] == ops["b"]["outcome"] == "applied"
+    sent = server.sent(ops["a"]["request_id"])
+    assert [r.method for r in sent] == ["POST", "POST"]  # the blocked submit, retried
+    assert len({r.body for r in sent}) == 1
+    assert server.violations == []
+
+
+async def test_unsupported_protocol_is_never_sent_and_skip_frees_dependents(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    with recording_server() as server:
+        activities = ledger_activities(server.base_url)
+        async with ledger_worker(client, task_queue, activities):
+            handle = await start_ledger(client, unique, task_queue, http_input())
+            await enqueue(
+                handle,
+                intent("new", ["c1"], protocol_version=2),
+                intent("after", ["c2"], ["new"]),
+                intent("same-canvas", ["c1"]),
+                intent("other", ["c3"]),
+            )
+
+            async def other_done() -> dict[str, Any] | None:
+                snap = await snapshot(handle)
+                return snap if operations(snap)["other"]["phase"] == "resolved" else None
+
+            snap = await eventually(other_done)
+            new = operations(snap)["new"]
+            assert new["phase"] == "blocked"
+            assert new["blockers"] == ["request_interpreter_unavailable"]
+            assert requests(snap)[new["request_id"]]["phase"] == "blocked"
+            assert operations(snap)["after"]["phase"] == "pending"
+            assert operations(snap)["same-canvas"]["phase"] == "pending"
+            # resume does not send it either: the protocol is still unsupported.
+            await handle.execute_update("resume", {})
+            assert await handle.execute_update(
+                "skip",
+                {"operation_id": "new", "reason": "client upgrade pending"},
+                result_type=bool,
+            )
+            snap = await settled(handle)
+    ops = operations(snap)
+    assert ops["new"]["outcome"] == "skipped"
+    assert ops["new"]["error"] == "client upgrade pending"
+    assert ops["after"]["outcome"] == ops["same-canvas"]["outcome"] == "applied"
+    assert server.sent(new["request_id"]) == []
+    assert snap["claims"] == {}
+
+
+async def test_compile_error_and_participant_mismatch_block_with_message(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    @activity.defn(name="compile")
+    async def picky_compile(intent: dict[str, Any], request_id: str) -> dict[str, Any]:
+        if intent["id"] == "bad":
+            raise ApplicationError("canvas c1 has no layer 7", non_retryable=True)
+        compiled = await compile_passthrough(intent, request_id)
+        if intent["id"] == "wrong":
+            compiled["canvas_ids"] = ["elsewhere"]
+        return compiled
+
+    activities = [picky_compile, *ledger_activities()[1:]]
+    async with ledger_worker(client, task_queue, activities):
+        handle = await start_ledger(client, unique, task_queue, LedgerInput())
+        await enqueue(
+            handle,
+            intent("bad", ["c1"]),
+            intent("wrong", ["c2"]),
+            intent("empty", []),
+            intent("later", ["c1"], ["bad"]),
+            intent("fine", ["c1"]),
+        )
+
+        async def decided() -> dict[str, Any] | None:
+            snap = await snapshot(handle)
+            ops = operations(snap)
+            done = ops["fine"]["phase"] == "resolved"
+            return snap if done and ops["wrong"]["phase"] == "blocked" else None
+
+        snap = await eventually(decided)
+    ops = operations(snap)
+    assert ops["bad"]["phase"] == "blocked"
+    assert ops["bad"]["blockers"] == ["canvas c1 has no layer 7"]
+    assert ops["wrong"]["blockers"] == ["participant_mismatch"]
+    assert ops["empty"]["blockers"] == ["missing_participants"]
+    assert ops["later"]["phase"] == "pending"
+    assert ops["fine"]["outcome"] == "applied"
+    assert snap["claims"] == {}
+    assert len(snap["requests"]) == 1  # nothing was frozen for the blocked ones
+
+
+async def test_hold_stops_new_launches_until_every_token_is_released(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    async with ledger_worker(client, task_queue):
+        handle = await start_ledger(client, unique, task_queue, LedgerInput())
+        first = await handle.execute_update("hold", {}, result_type=str)
+        second = await handle.execute_update("hold", {}, result_type=str)
+        assert first != second
+        await enqueue(handle, intent("a", ["c1"]))
+        # The pump runs in the same workflow task as the update: held, nothing dispatched.
+        snap = await snapshot(handle)
+        assert snap["held"] is True
+        assert operations(snap)["a"]["phase"] == "pending"
+        assert await handle.execute_update("release", {"token": first}, result_type=bool)
+        assert operations(await snapshot(handle))["a"]["phase"] == "pending"
+        with pytest.raises(WorkflowUpdateFailedError) as rejected:
+            await handle.execute_update("release", {"token": "nope"})
+        assert "'nope' is not held" in str(rejected.value.cause)
+        await handle.signal("release", {"token": second})
+        snap = await settled(handle)
+        assert operations(snap)["a"]["outcome"] == "applied"
+        assert snap["held"] is False
+
+
+async def test_stop_cancels_in_flight_and_returns_the_final_snapshot(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    def never_decides(method: str, _request_id: str, _count: int) -> Answer:
+        return 202, {}, {"outcome": "accepted"}
+
+    with recording_server(never_decides) as server:
+        activities = ledger_activities(server.base_url)
+        async with ledger_worker(client, task_queue, activities):
+            handle = await start_ledger(client, unique, task_queue, http_input())
+            await enqueue(handle, intent("a", ["c1"]), intent("b", ["c2"]), intent("c", ["c1"]))
+            await eventually(lambda: len(server.first_post) == 2)
+            final = await handle.execute_update("stop", {}, result_type=dict)
+            assert await handle.result() == final
+            ops = operations(final)
+            assert final["stopped"] is True
+            assert ops["a"]["phase"] == ops["b"]["phase"] == "dispatched"
+            assert ops["c"]["phase"] == "pending"  # nothing dropped: still listed
+            assert {r["phase"] for r in final["requests"]} == {"frozen"}
+            assert {r["retry_action"] for r in final["requests"]} == {"query"}
+            assert final["claims"] == {r["canvas_ids"][0]: r["id"] for r in final["requests"]}
+            for request in final["requests"]:
+                child = client.get_workflow_handle(f"request:{unique}:{request['id']}")
+                assert (await child.describe()).status == WorkflowExecutionStatus.CANCELED
+            with pytest.raises(Exception):  # noqa: B017 - the workflow is closed
+                await enqueue(handle, intent("d", ["c3"]))
+
+
+async def test_continue_as_new_keeps_in_flight_requests_and_their_bodies(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    def slow_decider(method: str, _request_id: str, count: int) -> Answer:
+        if method == "POST":
+            return 202, {}, {"outcome": "accepted"}
+        if count < 4:
+            return 200, {}, {"outcome": "accepted"}
+        return 200, {}, {"outcome": "applied"}
+
+    graph = [intent(f"op{n}", [f"c{n % 3}"], [f"op{n - 3}"] if n >= 3 else []) for n in range(9)]
+    with recording_server(slow_decider) as server:
+        activities = ledger_activities(server.base_url)
+        async with ledger_worker(client, task_queue, activities):
+            config = http_input(concurrency=3, continue_as_new_after_events=40)
+            handle = await start_ledger(client, unique, task_queue, config)
+            first_run = handle.result_run_id
+            await enqueue(handle, *graph)
+            snap = await settled(handle, timeout=60)
+            record = os.environ.get("DURABILITY_RECORD_HISTORIES") == "1"
+            if record:
+                history = await client.get_workflow_handle(
+                    handle.id, run_id=first_run
+                ).fetch_history()
+                (HISTORIES / "ledger_continue_as_new.json").write_text(history.to_json())
+    first = client.get_workflow_handle(handle.id, run_id=first_run)
+    assert (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
+    assert {o["outcome"] for o in snap["operations"]} == {"applied"}
+    assert server.violations == []
+    for request in snap["requests"]:
+        assert [r.method for r in server.sent(request["id"])] == [
+            "POST",
+            "GET",
+            "GET",
+            "GET",
+            "GET",
+        ]
+
+
+async def test_bad_enqueue_is_rejected_naming_the_field_and_bad_signals_are_dropped(
+    client: Client, task_queue: str, unique: str, dev_server_address: str
+) -> None:
+    async with ledger_worker(client, task_queue):
+        handle = await start_ledger(client, unique, task_queue, LedgerInput())
+        await enqueue(handle, intent("known", ["c1"]))
+        cases = {
+            "operations.0.id: Field required": {"operations": [{"operation_type": "x"}]},
+            "operations.0.participants.1: Input should be a valid string (got 7)": {
+                "operations": [{**intent("p"), "participants": ["c1", 7]}]
+            },
+            "operations.0.colour: Extra inputs are not permitted": {
+                "operations": [{**intent("q", ["c1"]), "colour": "red"}]
+            },
+            "operations.1.id 'r' repeats operations.0.id": {
+                "operations": [intent("r", ["c1"]), intent("r", ["c2"])]
+            },
+            "dependency cycle 's' -> 't' -> 's'": {
+                "operations": [intent("s", ["c1"], ["t"]), intent("t", ["c1"], ["s"])]
+            },
+        }
+        for message, payload in cases.items():
+            with pytest.raises(WorkflowUpdateFailedError) as rejected:
+                await handle.execute_update("enqueue", payload)
+            assert message in str(rejected.value.cause), message
+        cli = await temporal(
+            dev_server_address,
+            "workflow",
+            "update",
+            "execute",
+            "--workflow-id",
+            handle.id,
+            "--name",
+            "enqueue",
+            "--input",
+            json.dumps({"operations": [{"id": "u", "operation_type": "x", "dependencies": "v"}]}),
+            check=False,
+        )
+        assert cli.returncode != 0
+        assert "operations.0.dependencies: Input should be a valid list" in cli.stdout + cli.stderr
+        await handle.signal("enqueue", {"operations": [{"id": 5}]})
+        await handle.signal("enqueue", "not an object")
+        ok = await handle.execute_update(
+            "enqueue", {"operations": [intent("fine", ["c2"])]}, result_type=dict
+        )
+        assert ok == {"accepted": ["fine"], "duplicates": []}
+        snap = await snapshot(handle)
+        assert [o["id"] for o in snap["operations"]] == ["known", "fine"]
+        assert snap["dropped_signals"] == 2
+        via_cli = await temporal(
+            dev_server_address,
+            "workflow",
+            "update",
+            "execute",
+            "--workflow-id",
+            handle.id,
+            "--name",
+            "enqueue",
+            "--input",
+            json.dumps({"operations": [intent("from-cli", ["c3"])]}),
+        )
+        assert "from-cli" in via_cli.stdout
+        await settled(handle)
