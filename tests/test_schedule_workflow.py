@@ -1,0 +1,469 @@
+"""DurabilitySchedule and ScheduledRun on the real dev server: ticks, versions, cancel, the
+FIFO queue, timeouts, outcome retries, dead letters, continue-as-new and bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from tests.helpers import eventually, temporal
+from workflows import search_attributes
+from workflows.schedule.workflow import DurabilityScheduleWorkflow, ScheduledRunWorkflow
+
+
+@dataclass
+class Recorder:
+    """Activities that record what the schedule asked of them.
+
+    Behaviour comes from the run's params: `sleep_ms` (heartbeating unless
+    `no_heartbeat`), `fail` (raise ApplicationError type `Boom`), `outcome_failures`
+    (the outcome activity fails that many attempts first).
+    """
+
+    started: list[dict[str, Any]] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
+    cancelled: list[int] = field(default_factory=list)
+    outcomes: list[tuple[dict[str, Any], dict[str, Any], int]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+
+    @activity.defn(name="run")
+    async def run(self, run: dict[str, Any]) -> None:
+        self.started.append(run)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        params = run["params"]
+        try:
+            deadline = time.monotonic() + params.get("sleep_ms", 0) / 1000
+            while time.monotonic() < deadline:
+                if not params.get("no_heartbeat"):
+                    activity.heartbeat()
+                await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            self.cancelled.append(run["scheduled_time"])
+            raise
+        finally:
+            self.in_flight -= 1
+        if params.get("fail"):
+            raise ApplicationError("the run failed on purpose", type="Boom")
+        self.finished.append(run["scheduled_time"])
+
+    @activity.defn(name="on_outcome")
+    async def on_outcome(self, run: dict[str, Any], outcome: dict[str, Any]) -> None:
+        attempt = activity.info().attempt
+        self.outcomes.append((run, outcome, attempt))
+        if attempt <= run["params"].get("outcome_failures", 0):
+            raise ApplicationError(f"outcome attempt {attempt} refused", type="Refused")
+
+    @activity.defn(name="lifecycle")
+    async def lifecycle(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+    def delivered(self) -> list[tuple[dict[str, Any], dict[str, Any], int]]:
+        """Outcome calls that succeeded (the last attempt of each run that returned)."""
+        failures = lambda run: run["params"].get("outcome_failures", 0)  # noqa: E731
+        return [o for o in self.outcomes if o[2] > failures(o[0])]
+
+
+@asynccontextmanager
+async def schedule_worker(
+    client: Client, task_queue: str, recorder: Recorder
+) -> AsyncIterator[Worker]:
+    """A worker for the schedule's two workflows and the recorder's activities."""
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
+        activities=[recorder.run, recorder.on_outcome, recorder.lifecycle],
+    ) as worker:
+        yield worker
+
+
+async def start_schedule(
+    client: Client, task_queue: str, object_id: str, **settings: Any
+) -> WorkflowHandle[Any, Any]:
+    return await client.start_workflow(
+        "DurabilitySchedule",
+        {"lifecycle_activity": "lifecycle", **settings},
+        id=f"schedule:{object_id}",
+        task_queue=task_queue,
+    )
+
+
+async def set_schedule(handle: WorkflowHandle[Any, Any], **payload: Any) -> bool:
+    applied = await handle.execute_update("set", payload, result_type=bool)
+    return applied
+
+
+async def runs_of(handle: WorkflowHandle[Any, Any]) -> list[dict[str, Any]]:
+    runs: list[dict[str, Any]] = await handle.query("runs")
+    return runs
+
+
+async def test_runs_fire_on_time_and_their_outcomes_reach_the_outcome_activity(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(client, task_queue, unique)
+        assert await set_schedule(handle, expression="@every 1s", version=1, params={"k": "v"})
+        await eventually(lambda: len(recorder.delivered()) >= 2)
+        key = recorder.delivered()[0][0]["idempotency_key"]
+        await eventually(lambda: len([e for e in recorder.events if e["id"] == key]) >= 3)
+        stored = await handle.query("get")
+        await handle.execute_update("cancel", {})
+
+    run, outcome, attempt = recorder.delivered()[0]
+    assert outcome == {"status": "complete"}
+    assert attempt == 1
+    assert run["object_id"] == unique
+    assert run["scheduled_time"] % 1000 == 0
+    assert run["due_at"] == run["scheduled_time"]
+    assert run["idempotency_key"] == f"{unique}:{run['scheduled_time']}"
+    assert run["params"] == {"k": "v"}
+    assert stored["expression"] == "@every 1s"
+    assert stored["version"] == 1 and stored["jitter_ms"] == 0
+    assert stored["next_at"] % 1000 == 0 and stored["next_at"] > run["scheduled_time"]
+    assert key == run["idempotency_key"]
+    assert sorted(e["type"] for e in recorder.events if e["id"] == key) == [
+        "due",
+        "settled",
+        "started",
+    ]
+    due = next(e for e in recorder.events if e["id"] == key and e["type"] == "due")
+    assert due["entity_kind"] == "scheduled_run" and due["queued"] is False
+    settled = next(e for e in recorder.events if e["id"] == key and e["type"] == "settled")
+    assert settled["outcome"] == "complete" and settled["duration_ms"] >= 0
+    described = await handle.describe()
+    assert described.typed_search_attributes.get(search_attributes.OBJECT_ID) == unique
+    assert described.typed_search_attributes.get(search_attributes.SCHEDULE_VERSION) == 1
+
+
+async def test_set_stores_only_a_higher_version_and_keeps_a_versions_picked_jitter(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(client, task_queue, unique)
+        assert await set_schedule(handle, expression="@every 1s", version=5, params={"tag": "a"})
+        assert not await set_schedule(handle, expression="@every 2s", version=5)
+        assert not await set_schedule(handle, expression="@every 2s", version=4)
+        assert (await handle.query("get"))["expression"] == "@every 1s"
+        await eventually(lambda: any(r["params"] == {"tag": "a"} for r in recorder.started))
+
+        assert await set_schedule(handle, expression="@every 1s", version=6, params={"tag": "b"})
+        await eventually(lambda: any(r["params"] == {"tag": "b"} for r in recorder.started))
+
+        jitter = {"max_ms": 3_000_000}
+        assert await set_schedule(handle, expression="@every 1h", version=7, jitter_ms=jitter)
+        picked = (await handle.query("get"))["jitter_ms"]
+        assert not await set_schedule(handle, expression="@every 1h", version=7, jitter_ms=jitter)
+        assert (await handle.query("get"))["jitter_ms"] == picked
+        assert 0 <= picked <= 3_000_000
+        await handle.execute_update("cancel", {})
+
+
+async def test_cancel_stops_ticks_while_the_in_flight_run_still_reports(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(client, task_queue, unique)
+        await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 1500})
+        await eventually(lambda: recorder.started)
+        assert await handle.execute_update("cancel", {}, result_type=bool)
+        recorded = {r["scheduled_time"] for r in await runs_of(handle)}
+        recorded |= {run["scheduled_time"] for run, _, _ in recorder.outcomes}
+        assert await handle.query("get") is None
+        assert not await handle.execute_update("cancel", {}, result_type=bool)
+        # a set of the cancelled version stays cancelled (tombstone, S5)
+        assert not await set_schedule(handle, expression="@every 1s", version=1)
+
+        await eventually(_no_runs_left(handle), timeout=20)
+        delivered = {run["scheduled_time"] for run, _, _ in recorder.delivered()}
+        assert recorded and delivered == recorded
+        assert {r["scheduled_time"] for r in recorder.started} == recorded
+
+
+def _no_runs_left(handle: WorkflowHandle[Any, Any]) -> Any:
+    async def check() -> bool:
+        return not await runs_of(handle)
+
+    return check
+
+
+async def test_one_slot_queues_runs_and_starts_them_in_scheduled_time_order(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(client, task_queue, unique, max_concurrent_runs=1)
+        await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 1300})
+
+        async def queued_behind_a_running_run() -> list[dict[str, Any]] | None:
+            runs = await runs_of(handle)
+            states = [r["state"] for r in runs]
+            return runs if states.count("running") == 1 and "queued" in states else None
+
+        snapshot = await eventually(queued_behind_a_running_run)
+        await eventually(lambda: len(recorder.started) >= 3, timeout=30)
+        await handle.execute_update("cancel", {})
+        await eventually(_no_runs_left(handle), timeout=30)
+
+    assert recorder.max_in_flight == 1
+    started = [r["scheduled_time"] for r in recorder.started]
+    assert started == sorted(started) and len(set(started)) == len(started)
+    queued = [r["scheduled_time"] for r in snapshot if r["state"] == "queued"]
+    assert set(queued) <= set(started)
+    due_queued = [e for e in recorder.events if e["type"] == "due" and e["queued"]]
+    assert due_queued, "ticks that found no free slot report due {queued: true}"
+
+
+async def test_a_run_past_its_timeout_is_cancelled_and_errored_as_timeout(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(
+            client, task_queue, unique, run_timeout_ms=1000, run_heartbeat_timeout_ms=1000
+        )
+        await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 20_000})
+        await eventually(lambda: recorder.started)
+        await handle.execute_update("cancel", {})
+        first = recorder.started[0]["scheduled_time"]
+        await eventually(
+            lambda: [o for o in recorder.delivered() if o[0]["scheduled_time"] == first]
+        )
+        await eventually(_no_runs_left(handle), timeout=30)
+
+    _, outcome, _ = next(o for o in recorder.delivered() if o[0]["scheduled_time"] == first)
+    assert outcome["status"] == "errored"
+    assert outcome["error"]["name"] == "ScheduledRunTimeoutError"
+    assert "run_timeout_ms=1000" in outcome["error"]["message"]
+    assert first in recorder.cancelled, "the run activity must see the cancellation"
+
+
+async def test_a_run_whose_worker_stops_heartbeating_is_interrupted_not_rerun(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(client, task_queue, unique, run_heartbeat_timeout_ms=1000)
+        await set_schedule(
+            handle,
+            expression="@every 1s",
+            version=1,
+            params={"sleep_ms": 3000, "no_heartbeat": True},
+        )
+        await eventually(lambda: recorder.started)
+        await handle.execute_update("cancel", {})
+        await eventually(_no_runs_left(handle), timeout=30)
+
+    run, outcome, _ = recorder.delivered()[0]
+    assert outcome["status"] == "errored"
+    assert outcome["error"]["name"] == "ScheduledRunInterruptedError"
+    keys = [r["idempotency_key"] for r in recorder.started]
+    assert len(keys) == len(set(keys)), "an interrupted run is never re-run"
+    settled = [
+        e for e in recorder.events if e["type"] == "settled" and e["id"] == run["idempotency_key"]
+    ]
+    assert settled and "duration_ms" not in settled[0]
+
+
+async def test_a_refused_outcome_is_redelivered_as_is_until_it_is_accepted(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(
+            client,
+            task_queue,
+            unique,
+            outcome_retries={"max_attempts": 5, "initial_interval_ms": 100},
+        )
+        await set_schedule(
+            handle,
+            expression="@every 1s",
+            version=1,
+            params={"fail": True, "outcome_failures": 2},
+        )
+        await eventually(lambda: recorder.delivered())
+        await handle.execute_update("cancel", {})
+        await eventually(_no_runs_left(handle), timeout=30)
+
+    run, outcome, attempt = recorder.delivered()[0]
+    assert attempt == 3
+    calls = [o for o in recorder.outcomes if o[0]["scheduled_time"] == run["scheduled_time"]]
+    assert [a for _, _, a in calls] == [1, 2, 3]
+    assert all(c[0] == run and c[1] == outcome for c in calls)
+    assert outcome == {
+        "status": "errored",
+        "error": {"name": "Boom", "message": "the run failed on purpose"},
+    }
+
+
+async def test_an_outcome_refused_max_attempts_times_is_dead_lettered_and_forgotten(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(
+            client,
+            task_queue,
+            unique,
+            outcome_retries={"max_attempts": 3, "initial_interval_ms": 100},
+        )
+        await set_schedule(
+            handle, expression="@every 1s", version=1, params={"outcome_failures": 99}
+        )
+        await eventually(lambda: any(e["type"] == "dead_lettered" for e in recorder.events))
+        await handle.execute_update("cancel", {})
+        await eventually(_no_runs_left(handle), timeout=30)
+        dead = next(e for e in recorder.events if e["type"] == "dead_lettered")
+        run_handle = client.get_workflow_handle(f"schedule-run:{dead['id']}")
+        result = await run_handle.result()
+
+    calls = [o for o in recorder.outcomes if o[0]["idempotency_key"] == dead["id"]]
+    assert [a for _, _, a in calls] == [1, 2, 3]
+    assert dead["attempt"] == 3
+    assert dead["error"] == {"name": "Refused", "message": "outcome attempt 3 refused"}
+    assert result["delivered"] is False
+
+
+async def test_continue_as_new_keeps_in_flight_runs_and_duplicates_nothing(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(client, task_queue, unique, continue_as_new_after_events=10)
+        first_run_id = (await handle.describe()).run_id
+        await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 1500})
+
+        async def continued_twice() -> bool:
+            runs = []
+            async for execution in client.list_workflows(f"WorkflowId = '{handle.id}'"):
+                runs.append(execution.run_id)
+            return len(runs) >= 3
+
+        await eventually(continued_twice, timeout=30)
+        await eventually(lambda: len(recorder.delivered()) >= 4, timeout=30)
+        await client.get_workflow_handle(handle.id).execute_update("cancel", {})
+        current = client.get_workflow_handle(handle.id)
+        await eventually(_no_runs_left(current), timeout=30)
+        assert (await current.describe()).run_id != first_run_id
+        assert await current.query("get") is None
+
+    started = [r["scheduled_time"] for r in recorder.started]
+    delivered = [run["scheduled_time"] for run, _, _ in recorder.delivered()]
+    assert len(started) == len(set(started)), "no run started twice"
+    assert sorted(delivered) == sorted(started), "every run reported, exactly once"
+    assert all(outcome == {"status": "complete"} for _, outcome, _ in recorder.delivered())
+    # the first run's runs outlived its continue-as-new (ABANDON) and reported to a later run
+    history = await client.get_workflow_handle(handle.id, run_id=first_run_id).fetch_history()
+    kinds = [event.event_type for event in history.events]
+    assert kinds[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+    started_by_first = {
+        json.loads(
+            event.start_child_workflow_execution_initiated_event_attributes.input.payloads[0].data
+        )["run"]["scheduled_time"]
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+    }
+    in_flight = {
+        json.loads(event.workflow_execution_signaled_event_attributes.input.payloads[0].data)[
+            "scheduled_time"
+        ]
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        and event.workflow_execution_signaled_event_attributes.signal_name
+        == "durability.run_acknowledged"
+    }
+    carried = started_by_first - in_flight
+    assert carried, "some run of the first execution was still in flight at continue-as-new"
+    assert carried <= set(delivered)
+
+
+async def test_bad_updates_are_rejected_naming_the_field_and_bad_signals_are_dropped(
+    client: Client, task_queue: str, unique: str, dev_server_address: str
+) -> None:
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(client, task_queue, unique)
+        with pytest.raises(WorkflowUpdateFailedError) as rejected:
+            await set_schedule(handle, expression="@every 1s", version=-1)
+        assert "set.version" in str(rejected.value.cause) and "-1" in str(rejected.value.cause)
+
+        cli = await temporal(
+            dev_server_address,
+            "workflow", "update", "execute",
+            "--workflow-id", handle.id,
+            "--name", "set",
+            "--input", json.dumps({"expression": "every second", "version": 1}),
+            check=False,
+        )  # fmt: skip
+        assert cli.returncode != 0
+        assert "set.expression" in cli.stderr + cli.stdout
+        assert "every second" in cli.stderr + cli.stdout
+        assert await handle.query("get") is None
+
+        await temporal(
+            dev_server_address,
+            "workflow", "signal",
+            "--workflow-id", handle.id,
+            "--name", "set",
+            "--input", json.dumps({"expression": "@every 1s", "version": "one"}),
+        )  # fmt: skip
+        await eventually(lambda: handle.query("dropped_signals"))
+        await temporal(
+            dev_server_address,
+            "workflow", "signal",
+            "--workflow-id", handle.id,
+            "--name", "set",
+            "--input", json.dumps({"expression": "@every 1s", "version": 1}),
+        )  # fmt: skip
+        await eventually(lambda: len(recorder.delivered()) >= 2)
+        assert await handle.query("dropped_signals") == 1
+        await handle.execute_update("cancel", {})
+        await eventually(_no_runs_left(handle), timeout=30)
+
+    assert {r["object_id"] for r in recorder.started} == {unique}
+
+
+async def test_a_worker_outage_collapses_missed_ticks_into_one_run_at_the_earliest(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(client, task_queue, unique)
+        await set_schedule(handle, expression="@every 1s", version=1)
+        await eventually(lambda: recorder.delivered())
+        before = (await handle.query("get"))["next_at"]
+    outage_started = int(time.time() * 1000)
+    await asyncio.sleep(3.5)
+    outage_ended = int(time.time() * 1000)
+    async with schedule_worker(client, task_queue, recorder):
+        await eventually(lambda: [r for r in recorder.started if r["scheduled_time"] >= before])
+        after = (await handle.query("get"))["next_at"]
+        await handle.execute_update("cancel", {})
+        await eventually(_no_runs_left(handle), timeout=30)
+
+    during = [
+        r["scheduled_time"] for r in recorder.started if before <= r["scheduled_time"] < after
+    ]
+    # several ticks passed while no worker ran; they collapse into the earliest one
+    assert outage_ended - outage_started >= 3000
+    assert during == [before]
+    assert after > outage_ended - 1000
