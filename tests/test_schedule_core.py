@@ -1,0 +1,248 @@
+"""The schedule's pure core against a simple model of rules S2-S8 (hypothesis), plus the
+validation messages of `set`/`cancel` and the S7 check of `next_occurrence`."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from workflows.schedule.core import (
+    InvalidRequest,
+    ScheduleCore,
+    ScheduleState,
+    checked_next,
+    parse_cancel,
+    parse_set,
+)
+from workflows.schedule.cron import next_occurrence
+from workflows.schedule.models import JitterRange, Outcome, RunStatus, SetRequest
+
+
+def every(expression: str, after_ms: int) -> int | None:
+    """Test next_occurrence: `every:<step>` fires at multiples of step; `never` never."""
+    if expression == "never":
+        return None
+    step = int(expression.removeprefix("every:"))
+    return (after_ms // step + 1) * step
+
+
+class ScheduleMachine(RuleBasedStateMachine):
+    """Random set/cancel/tick/settle/ack sequences with a random clock."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.max_runs = 2
+        self.core = ScheduleCore(ScheduleState(), every, self.max_runs)
+        self.now = 1_000_000
+        self.highest_version = -1  # highest version ever stored or tombstoned
+        self.fired: list[int] = []
+        self.picks: list[int] = []
+
+    def pick(self, max_ms: int) -> int:
+        value = max_ms // 3
+        self.picks.append(value)
+        return value
+
+    @rule(
+        version=st.integers(0, 8),
+        step=st.sampled_from([100, 250, 1000]),
+        jitter=st.one_of(st.integers(0, 300), st.builds(JitterRange, max_ms=st.integers(0, 300))),
+    )
+    def set(self, version: int, step: int, jitter: int | JitterRange) -> None:
+        before = self.core.state.schedule
+        request = SetRequest(expression=f"every:{step}", version=version, jitter_ms=jitter)
+        applied = self.core.set(request, self.now, self.pick)
+        assert applied == (version > self.highest_version)
+        if applied:
+            self.highest_version = version
+            stored = self.core.state.schedule
+            assert stored is not None
+            assert stored.next_at == every(request.expression, self.now)
+            expected = jitter if isinstance(jitter, int) else jitter.max_ms // 3
+            assert stored.jitter_ms == expected
+        else:
+            assert self.core.state.schedule == before  # nothing changes, jitter kept
+
+    @rule(version=st.one_of(st.none(), st.integers(0, 8)))
+    def cancel(self, version: int | None) -> None:
+        stored = self.core.state.schedule
+        was_live = stored is not None and stored.expression is not None
+        ignored = version is not None and stored is not None and stored.version > version
+        live = self.core.cancel(parse_cancel({} if version is None else {"version": version}))
+        assert live == (was_live and not ignored)
+        if not ignored:
+            assert self.core.get() is None
+            if version is not None:
+                self.highest_version = max(self.highest_version, version)
+
+    @rule(dt=st.integers(0, 2500))
+    def tick(self, dt: int) -> None:
+        self.now += dt
+        stored = self.core.state.schedule
+        fires_at = self.core.next_wake_at()
+        run = self.core.tick(self.now)
+        if fires_at is None or fires_at > self.now:
+            assert run is None
+            return
+        assert stored is not None and stored.next_at is not None
+        # after a tick the schedule is never due again at the same instant (S6)
+        assert self.core.tick(self.now) is None
+        assert run is not None
+        assert run.scheduled_time not in self.fired  # at most once
+        self.fired.append(run.scheduled_time)
+        assert run.state == RunStatus.QUEUED and run.due_at == fires_at
+        # missed ticks collapse: the next one is after max(scheduled_time, now - jitter)
+        step = int((stored.expression or "every:1").removeprefix("every:"))
+        after = max(run.scheduled_time, self.now - stored.jitter_ms)
+        assert stored.next_at == (after // step + 1) * step
+        assert stored.next_at + stored.jitter_ms > self.now
+
+    @rule()
+    def start(self) -> None:
+        queued_before = sorted(
+            r.scheduled_time for r in self.core.state.runs.values() if r.state == RunStatus.QUEUED
+        )
+        free = self.max_runs - self.core.running_count()
+        started = [r.scheduled_time for r in self.core.take_startable()]
+        assert started == queued_before[: max(free, 0)]  # FIFO, up to the free slots
+
+    @precondition(lambda self: self.core.running_count() > 0)
+    @rule(data=st.data(), ok=st.booleans())
+    def settle(self, data: st.DataObject, ok: bool) -> None:
+        running = [r for r in self.core.state.runs.values() if r.state == RunStatus.RUNNING]
+        run = data.draw(st.sampled_from(running))
+        outcome = (
+            Outcome(status="complete")
+            if ok
+            else Outcome.model_validate(
+                {"status": "errored", "error": {"name": "Boom", "message": "x"}}
+            )
+        )
+        assert self.core.settle(run.scheduled_time, outcome)
+        assert not self.core.settle(run.scheduled_time, outcome)  # settles once
+
+    @precondition(lambda self: bool(self.core.state.runs))
+    @rule(data=st.data())
+    def acknowledge(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.core.state.runs)))
+        assert self.core.forget(key)
+        assert key not in [r["scheduled_time"] for r in self.core.runs()]
+
+    @invariant()
+    def slots_are_respected(self) -> None:
+        assert self.core.running_count() <= self.max_runs
+
+    @invariant()
+    def stored_version_never_drops(self) -> None:
+        stored = self.core.state.schedule
+        if stored is not None:
+            assert stored.version <= self.highest_version
+
+    @invariant()
+    def state_survives_continue_as_new(self) -> None:
+        carried = ScheduleState.model_validate_json(self.core.state.model_dump_json())
+        assert carried == self.core.state
+
+
+TestScheduleMachine = ScheduleMachine.TestCase
+TestScheduleMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+def test_a_tick_after_a_long_outage_fires_once_at_the_earliest_missed_time() -> None:
+    core = ScheduleCore(ScheduleState(), every, 10)
+    core.set(SetRequest(expression="every:1000", version=1), 500, lambda _: 0)
+    run = core.tick(86_400_500)  # a day later
+    assert run is not None and run.scheduled_time == 1000
+    assert core.tick(86_400_500) is None
+    assert core.next_wake_at() == 86_401_000
+
+
+def test_jitter_delays_the_firing_and_the_search_uses_now_minus_jitter() -> None:
+    core = ScheduleCore(ScheduleState(), every, 10)
+    core.set(SetRequest(expression="every:1000", version=1, jitter_ms=400), 0, lambda _: 0)
+    assert core.tick(1399) is None
+    run = core.tick(1400)
+    assert run is not None and (run.scheduled_time, run.due_at) == (1000, 1400)
+    assert core.get() == {
+        "expression": "every:1000",
+        "version": 1,
+        "jitter_ms": 400,
+        "next_at": 2000,
+        "params": {},
+    }
+
+
+def test_a_schedule_whose_next_occurrence_is_none_stops_ticking() -> None:
+    core = ScheduleCore(ScheduleState(), every, 10)
+    core.set(SetRequest(expression="never", version=1), 0, lambda _: 0)
+    assert core.next_wake_at() is None and core.tick(10**12) is None
+    assert core.get() is not None and core.get()["next_at"] is None  # type: ignore[index]
+
+
+def test_cancel_with_a_version_records_a_tombstone_that_blocks_that_version() -> None:
+    core = ScheduleCore(ScheduleState(), every, 10)
+    assert core.cancel(parse_cancel({"version": 3})) is False
+    assert not core.set(SetRequest(expression="every:10", version=3), 0, lambda _: 0)
+    assert core.set(SetRequest(expression="every:10", version=4), 0, lambda _: 0)
+    assert core.cancel(parse_cancel({"version": 2})) is False  # stored is higher: ignored
+    assert core.get() is not None
+    assert core.cancel(parse_cancel({})) is True
+
+
+EVERY = {"expression": "@every 1s", "version": 1}
+MAX = "2147483647"
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({**EVERY, "version": -1}, "set.version must be a non-negative safe integer, got -1"),
+        ({**EVERY, "version": 2**53}, f"set.version must be a non-negative safe integer, got {2**53}"),  # noqa: E501
+        ({**EVERY, "version": True}, "set.version must be a non-negative safe integer, got True"),
+        ({**EVERY, "expression": ""}, "set.expression must be a non-empty string, got ''"),
+        ({**EVERY, "expression": "every 1s"}, "set.expression does not parse, got 'every 1s'"),
+        ({**EVERY, "jitter_ms": 2**31}, f"set.jitter_ms must be a non-negative integer <= {MAX}, got {2**31}"),  # noqa: E501
+        ({**EVERY, "jitter_ms": {"max_ms": -5}}, f"set.jitter_ms.max_ms must be a non-negative integer <= {MAX}, got -5"),  # noqa: E501
+        ({**EVERY, "jitter_ms": {"min_ms": 5}}, "set.jitter_ms must be an integer or {max_ms}, got {'min_ms': 5}"),  # noqa: E501
+        ({**EVERY, "params": [1]}, "set.params must be a JSON object, got [1]"),
+        ({**EVERY, "verison": 2}, "set has unknown field(s) ['verison']"),
+        ("@every 1s", "set payload must be a JSON object, got '@every 1s'"),
+    ],
+)  # fmt: skip
+def test_a_malformed_set_is_rejected_with_a_message_naming_field_and_value(
+    payload: object, message: str
+) -> None:
+    with pytest.raises(InvalidRequest, match=re.escape(message)):
+        parse_set(payload, next_occurrence, 0)
+
+
+def test_a_well_formed_set_parses_with_defaults() -> None:
+    request = parse_set({"expression": "@every 1s", "version": 0}, next_occurrence, 0)
+    assert (request.jitter_ms, request.params) == (0, {})
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"version": -2}, "cancel.version must be a non-negative safe integer, got -2"),
+        ({"version": "3"}, "cancel.version must be a non-negative safe integer, got '3'"),
+        ({"versoin": 3}, "cancel has unknown field(s) ['versoin']"),
+    ],
+)
+def test_a_malformed_cancel_is_rejected_with_a_message_naming_field_and_value(
+    payload: object, message: str
+) -> None:
+    with pytest.raises(InvalidRequest, match=re.escape(message)):
+        parse_cancel(payload)
+
+
+@pytest.mark.parametrize("bad", [100, 99, 100.5, "200", True])
+def test_next_occurrence_must_return_none_or_an_int_strictly_after(bad: object) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"got {bad!r}")):
+        checked_next(lambda _e, _a: bad, "x", 100)  # type: ignore[arg-type, return-value]
+    assert checked_next(lambda _e, _a: 101, "x", 100) == 101
+    assert checked_next(lambda _e, _a: None, "x", 100) is None
