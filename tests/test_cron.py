@@ -1,0 +1,174 @@
+"""The built-in next_occurrence: cron with 5 and 6 fields, shorthands, @every, CRON_TZ/DST."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from workflows.schedule.cron import next_occurrence, parse_every, validate
+
+
+def ms(*args: int) -> int:
+    return int(datetime(*args, tzinfo=UTC).timestamp() * 1000)  # type: ignore[misc]
+
+
+def iso(value: int | None) -> str | None:
+    if value is None:
+        return None
+    return datetime.fromtimestamp(value / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def fires(expression: str, after: int, count: int) -> list[str | None]:
+    out: list[str | None] = []
+    for _ in range(count):
+        found = next_occurrence(expression, after)
+        out.append(iso(found))
+        if found is None:
+            break
+        after = found
+    return out
+
+
+def test_five_field_cron_fires_at_minute_resolution() -> None:
+    assert fires("*/15 * * * *", ms(2026, 1, 1, 0, 7), 3) == [
+        "2026-01-01T00:15:00Z",
+        "2026-01-01T00:30:00Z",
+        "2026-01-01T00:45:00Z",
+    ]
+
+
+def test_six_field_cron_reads_the_leading_field_as_seconds() -> None:
+    assert fires("*/20 * * * * *", ms(2026, 1, 1, 0, 0, 5), 3) == [
+        "2026-01-01T00:00:20Z",
+        "2026-01-01T00:00:40Z",
+        "2026-01-01T00:01:00Z",
+    ]
+    # "30 1 * * * *" is second 30 of minute 1 of every hour, not minute 30 of hour 1
+    assert fires("30 1 * * * *", ms(2026, 1, 1), 2) == [
+        "2026-01-01T00:01:30Z",
+        "2026-01-01T01:01:30Z",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("shorthand", "expected"),
+    [
+        ("@hourly", "2026-03-04T06:00:00Z"),
+        ("@daily", "2026-03-05T00:00:00Z"),
+        ("@midnight", "2026-03-05T00:00:00Z"),
+        ("@weekly", "2026-03-08T00:00:00Z"),
+        ("@monthly", "2026-04-01T00:00:00Z"),
+        ("@yearly", "2027-01-01T00:00:00Z"),
+        ("@annually", "2027-01-01T00:00:00Z"),
+    ],
+)
+def test_shorthands(shorthand: str, expected: str) -> None:
+    assert iso(next_occurrence(shorthand, ms(2026, 3, 4, 5, 6, 7))) == expected
+
+
+def test_the_result_is_strictly_after_even_on_a_match_and_with_milliseconds() -> None:
+    assert iso(next_occurrence("0 * * * *", ms(2026, 1, 1, 1))) == "2026-01-01T02:00:00Z"
+    assert next_occurrence("* * * * * *", ms(2026, 1, 1) + 999) == ms(2026, 1, 1, 0, 0, 1)
+
+
+def test_an_expression_that_never_matches_has_no_next_occurrence() -> None:
+    assert next_occurrence("0 0 30 2 *", ms(2026, 1, 1)) is None
+
+
+@pytest.mark.parametrize(
+    ("duration", "millis"),
+    [("1s", 1000), ("500ms", 500), ("1h30m", 5_400_000), ("2m3s", 123_000), ("1h", 3_600_000)],
+)
+def test_every_parses_go_durations(duration: str, millis: int) -> None:
+    assert parse_every(duration) == millis
+
+
+def test_every_aligns_to_multiples_of_the_duration_since_the_epoch() -> None:
+    assert fires("@every 1h30m", ms(2026, 1, 1, 0, 0, 5), 3) == [
+        "2026-01-01T01:30:00Z",
+        "2026-01-01T03:00:00Z",
+        "2026-01-01T04:30:00Z",
+    ]
+    assert next_occurrence("@every 500ms", 1_250) == 1_500
+    assert next_occurrence("@every 1s", 2_000) == 3_000
+
+
+@given(step=st.integers(1, 10**8), after=st.integers(0, 2**45))
+def test_every_is_the_next_multiple_strictly_after(step: int, after: int) -> None:
+    found = next_occurrence(f"@every {step}ms", after)
+    assert found is not None and found > after and found % step == 0 and found - after <= step
+
+
+@given(after=st.integers(0, 2**42))
+def test_cron_results_are_strictly_after_and_on_a_matching_minute(after: int) -> None:
+    found = next_occurrence("*/7 * * * *", after)
+    assert found is not None and found > after
+    moment = datetime.fromtimestamp(found / 1000, UTC)
+    assert moment.second == 0 and moment.minute % 7 == 0
+
+
+NEW_YORK = "CRON_TZ=America/New_York "
+
+
+def test_cron_tz_fires_on_local_wall_time() -> None:
+    assert iso(next_occurrence(NEW_YORK + "0 9 * * *", ms(2026, 1, 5))) == "2026-01-05T14:00:00Z"
+    assert iso(next_occurrence(NEW_YORK + "0 9 * * *", ms(2026, 7, 5))) == "2026-07-05T13:00:00Z"
+
+
+def test_spring_forward_hourly_fires_every_real_hour_and_skips_no_run() -> None:
+    # 2026-03-08 02:00 EST does not exist: 01:00 EST (06:00Z) is followed by 03:00 EDT (07:00Z)
+    assert fires(NEW_YORK + "0 * * * *", ms(2026, 3, 8, 5, 30), 3) == [
+        "2026-03-08T06:00:00Z",
+        "2026-03-08T07:00:00Z",
+        "2026-03-08T08:00:00Z",
+    ]
+
+
+def test_spring_forward_a_fixed_time_in_the_gap_fires_once_right_after_it() -> None:
+    assert fires(NEW_YORK + "30 2 * * *", ms(2026, 3, 7, 12), 3) == [
+        "2026-03-08T07:00:00Z",  # 03:00 EDT, the first instant after the gap
+        "2026-03-09T06:30:00Z",
+        "2026-03-10T06:30:00Z",
+    ]
+
+
+def test_fall_back_hourly_fires_in_both_copies_of_the_repeated_hour() -> None:
+    # 2026-11-01 01:00-02:00 happens twice: EDT (05:00Z) then EST (06:00Z)
+    assert fires(NEW_YORK + "0 * * * *", ms(2026, 11, 1, 4, 30), 3) == [
+        "2026-11-01T05:00:00Z",
+        "2026-11-01T06:00:00Z",
+        "2026-11-01T07:00:00Z",
+    ]
+
+
+def test_fall_back_a_fixed_time_in_the_repeated_hour_fires_once() -> None:
+    assert fires(NEW_YORK + "30 1 * * *", ms(2026, 10, 31, 12), 3) == [
+        "2026-11-01T05:30:00Z",
+        "2026-11-02T06:30:00Z",
+        "2026-11-03T06:30:00Z",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("", "expression must be a non-empty string"),
+        ("* * * *", "must have 5 fields"),
+        ("61 * * * *", "invalid cron expression '61 * * * *'"),
+        ("@every", "@every needs a duration"),
+        ("@every 1 s", "@every needs a duration"),
+        ("@every 1d", "@every needs a duration"),
+        ("@every 0s", "must be positive"),
+        ("@fortnightly", "must have 5 fields"),
+        ("CRON_TZ=Mars/Olympus 0 * * * *", "unknown time zone, got 'Mars/Olympus'"),
+        ("CRON_TZ=UTC @every 1s", "CRON_TZ does not apply to @every"),
+    ],
+)
+def test_bad_expressions_raise_value_error_naming_them(expression: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("*", r"\*")):
+        validate(expression)
+    with pytest.raises(ValueError):
+        next_occurrence(expression, 0)
