@@ -1,0 +1,630 @@
+"""The pure ledger core: unit tests for each rule and a hypothesis model run."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from workflows.ledger import core
+from workflows.ledger.models import (
+    LedgerConfig,
+    LedgerState,
+    RequestAction,
+    RequestReport,
+    RetryConfig,
+)
+
+
+def intent(op_id: str, participants: list[Any], deps: list[str] | None = None, **extra: Any) -> Any:
+    return {
+        "id": op_id,
+        "operation_type": extra.pop("operation_type", "shape.update"),
+        "participants": participants,
+        "dependencies": deps or [],
+        "payload": {"op": op_id},
+        **extra,
+    }
+
+
+def passthrough(state: LedgerState, op_id: str) -> dict[str, Any]:
+    record = state.operations[op_id].intent
+    return {
+        "kind": record.operation_type,
+        "payload": record.payload,
+        "canvas_ids": sorted(set(record.participants)),
+        "expected_versions": {},
+        "protocol_version": record.protocol_version,
+    }
+
+
+def fresh(*intents: Any) -> LedgerState:
+    state = LedgerState(ledger_id="L")
+    core.enqueue(state, core.validate_enqueue(state, {"operations": list(intents)}))
+    return state
+
+
+def dispatch_all(state: LedgerState, config: LedgerConfig) -> list[str]:
+    """Plan, reserve and freeze everything plannable now; returns the frozen request IDs."""
+    frozen = []
+    for op_id in core.plan_dispatches(state, config):
+        request_id = f"r-{op_id}"
+        core.begin_dispatch(state, op_id, request_id)
+        if core.freeze(state, config, op_id, request_id, passthrough(state, op_id)) == "launch":
+            frozen.append(request_id)
+    return frozen
+
+
+def finish(state: LedgerState, request_id: str, outcome: str, **status: Any) -> None:
+    phase = "blocked" if status.get("blocked") else "resolved"
+    core.record_finished(
+        state,
+        RequestReport(
+            request_id=request_id,
+            phase=phase,
+            status={"outcome": outcome, **status},
+            attempt=1,
+            next_action="submit",
+        ),
+    )
+
+
+# ---------------------------------------------------------------- L8 delay, L7 transitions
+
+
+@pytest.mark.parametrize(
+    ("attempt", "retry_after", "expected"),
+    [
+        (0, None, 500),
+        (1, None, 1000),
+        (2, None, 2000),
+        (5, None, 16000),
+        (6, None, 30000),  # 500 * 64 = 32000, capped at 30 s
+        (40, None, 30000),  # exponent capped at 6, still capped
+        (3, 1234, 1234),
+        (3, 0, 1),  # at least 1 ms
+    ],
+)
+def test_retry_delay_follows_l8(attempt: int, retry_after: int | None, expected: int) -> None:
+    assert core.retry_delay_ms(attempt, RetryConfig(), retry_after) == expected
+
+
+def test_retry_delay_uses_the_configured_policy() -> None:
+    retry = RetryConfig(initial_interval_ms=10, backoff_coefficient=3.0, maximum_interval_ms=200)
+    assert [core.retry_delay_ms(a, retry) for a in range(8)] == [
+        10,
+        30,
+        90,
+        200,
+        200,
+        200,
+        200,
+        200,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("action", "status", "result", "next_action"),
+    [
+        ("submit", {"outcome": "applied"}, "resolved", "submit"),
+        ("query", {"outcome": "rejected", "error": "conflict"}, "resolved", "query"),
+        ("submit", {"outcome": "accepted"}, "retry", "query"),
+        ("submit", {"outcome": "unresolved"}, "retry", "query"),
+        ("query", {"outcome": "accepted"}, "retry", "query"),
+        ("query", {"outcome": "unresolved"}, "retry", "submit"),
+        ("query", {"outcome": "unresolved", "blocked": True}, "blocked", "query"),
+        ("submit", {"outcome": "banana"}, "retry", "query"),  # unknown answer: unresolved
+        ("query", "not a status", "retry", "submit"),
+    ],
+)
+def test_next_step_follows_l7(action: Any, status: Any, result: str, next_action: str) -> None:
+    step = core.next_step(action, status, 1, RetryConfig(), now_ms=1_000)
+    assert (step.result, step.next_action) == (result, next_action)
+    if result == "retry":
+        assert step.retry_at == 1_000 + step.delay_ms == 1_000 + 1000
+
+
+def test_retry_after_overrides_backoff_in_next_step() -> None:
+    step = core.next_step(
+        "submit", {"outcome": "unresolved", "retry_after_ms": 7}, 5, RetryConfig(), 0
+    )
+    assert (step.delay_ms, step.retry_at) == (7, 7)
+
+
+# ---------------------------------------------------------------- L2 enqueue validation
+
+
+@pytest.mark.parametrize(
+    ("operations", "message"),
+    [
+        ([{"operation_type": "x"}], "operations.0.id: Field required"),
+        ([{"id": "", "operation_type": "x"}], "operations.0.id: String should have at least 1"),
+        ([{"id": 3, "operation_type": "x"}], "operations.0.id: Input should be a valid string"),
+        ([intent("a", ["c", 1])], "operations.0.participants.1: Input should be a valid string"),
+        ([intent("a", ["c"], protocol_version="1")], "operations.0.protocol_version"),
+        ([intent("a", ["c"], colour="red")], "operations.0.colour: Extra inputs are not permitted"),
+        ([intent("a", ["c"]), intent("a", ["d"])], "operations.1.id 'a' repeats operations.0.id"),
+        ([intent("a", ["c"], ["a"])], "dependency cycle 'a' -> 'a'"),
+        (
+            [intent("a", ["c"], ["b"]), intent("b", ["c"], ["c2"]), intent("c2", ["c"], ["a"])],
+            "dependency cycle 'a' -> 'b' -> 'c2' -> 'a'",
+        ),
+    ],
+)
+def test_bad_enqueue_is_rejected_naming_field_and_records_nothing(
+    operations: list[Any], message: str
+) -> None:
+    state = fresh(intent("known", ["c"]))
+    before = state.model_dump()
+    with pytest.raises(core.LedgerInputError) as error:
+        core.validate_enqueue(state, {"operations": operations})
+    assert message in str(error.value)
+    assert state.model_dump() == before
+
+
+def test_enqueue_payload_must_be_an_object_with_operations() -> None:
+    state = LedgerState(ledger_id="L")
+    with pytest.raises(core.LedgerInputError, match="expected"):
+        core.validate_enqueue(state, ["a"])
+    with pytest.raises(core.LedgerInputError, match="operations: Field required"):
+        core.validate_enqueue(state, {})
+
+
+def test_cycle_through_an_already_known_operation_is_rejected() -> None:
+    state = fresh(intent("a", ["c"], ["b"]))  # b unknown yet: a waits for it
+    with pytest.raises(core.LedgerInputError, match="dependency cycle"):
+        core.validate_enqueue(state, {"operations": [intent("b", ["c"], ["a"])]})
+
+
+def test_duplicates_change_nothing_and_sequence_follows_arrival() -> None:
+    state = fresh(intent("a", ["c1"]))
+    result = core.enqueue(
+        state,
+        core.validate_enqueue(state, {"operations": [intent("b", ["c2"]), intent("a", ["zz"])]}),
+    )
+    assert (result.accepted, result.duplicates) == (["b"], ["a"])
+    assert state.operations["a"].intent.participants == ["c1"]
+    assert [r.sequence for r in state.operations.values()] == [1, 2]
+
+
+def test_stopped_ledger_refuses_enqueue() -> None:
+    state = fresh()
+    state.stopped = True
+    with pytest.raises(core.LedgerInputError, match="stopped"):
+        core.validate_enqueue(state, {"operations": []})
+
+
+# ---------------------------------------------------------------- L3-L6, L9-L13
+
+
+def test_dispatch_order_claims_lanes_and_concurrency() -> None:
+    state = fresh(
+        intent("a", ["c1", "c2"]),
+        intent("b", ["c2"]),  # waits for c2
+        intent("u1", [], operation_type="asset.upload"),
+        intent("u2", [], operation_type="asset.upload"),  # lane of 1
+        intent("d", ["c3"], ["a"]),  # waits for a
+        intent("e", ["c4"]),
+        intent("f", ["c5"]),  # beyond concurrency
+    )
+    config = LedgerConfig(concurrency=3)
+    assert core.plan_dispatches(state, config) == ["a", "u1", "e"]
+    assert dispatch_all(state, config) == ["r-a", "r-u1", "r-e"]
+    assert state.claims == {"c1": "r-a", "c2": "r-a", "c4": "r-e"}
+    assert core.plan_dispatches(state, config) == []
+    finish(state, "r-a", "applied")
+    assert state.claims == {"c4": "r-e"}
+    assert core.plan_dispatches(state, config) == ["b"]
+    finish(state, "r-u1", "rejected")
+    assert core.plan_dispatches(state, config) == ["b", "u2"]
+    assert state.operations["u1"].outcome == "rejected"
+
+
+def test_missing_participants_blocks_unless_participant_free() -> None:
+    state = fresh(intent("x", []), intent("y", [], operation_type="run.cancel"))
+    assert core.plan_dispatches(state, LedgerConfig()) == ["y"]
+    assert state.operations["x"].blockers == ["missing_participants"]
+    core.resume(state, LedgerConfig())
+    assert state.operations["x"].phase == "blocked"  # permanent until skip
+
+
+def test_freeze_records_the_exact_request_before_anything_is_sent() -> None:
+    state = fresh(intent("a", ["c2", "c1", "c2"], payload={"expected_versions": {"c1": 3}}))
+    config = LedgerConfig()
+    core.begin_dispatch(state, "a", "req-1")
+    compiled = {**passthrough(state, "a"), "expected_versions": {"c1": 3}, "extra": [1]}
+    assert core.freeze(state, config, "a", "req-1", compiled) == "launch"
+    body = state.requests["req-1"].body
+    assert body == {
+        "id": "req-1",
+        "ledger_id": "L",
+        "operation_ids": ["a"],
+        "kind": "shape.update",
+        "payload": {"expected_versions": {"c1": 3}},
+        "canvas_ids": ["c1", "c2"],
+        "expected_versions": {"c1": 3},
+        "protocol_version": 1,
+        "idempotency_key": "req-1",
+        "extra": [1],
+    }
+    assert state.requests["req-1"].phase == "in_flight"
+
+
+@pytest.mark.parametrize(
+    ("compiled", "blocker"),
+    [
+        ({"canvas_ids": ["c9"]}, "participant_mismatch"),
+        ({"canvas_ids": "c1"}, "invalid_compile_result: canvas_ids must be a list"),
+        ({"canvas_ids": ["c1"], "expected_versions": {"c1": "3"}}, "invalid_compile_result"),
+        ("nope", "invalid_compile_result: expected an object"),
+    ],
+)
+def test_bad_compile_results_block_the_operation_and_free_its_canvases(
+    compiled: Any, blocker: str
+) -> None:
+    state = fresh(intent("a", ["c1"]), intent("b", ["c1"]))
+    config = LedgerConfig()
+    core.begin_dispatch(state, "a", "r1")
+    assert core.freeze(state, config, "a", "r1", compiled) == "blocked"
+    assert state.operations["a"].blockers[0].startswith(blocker)
+    assert state.requests == {}
+    assert state.claims == {}
+    assert core.plan_dispatches(state, config) == ["b"]
+    # resume re-examines it: back to pending, compiled again under a new request ID.
+    core.resume(state, config)
+    assert state.operations["a"].phase == "pending"
+
+
+def test_compile_error_blocks_with_its_message() -> None:
+    state = fresh(intent("a", ["c1"]))
+    core.begin_dispatch(state, "a", "r1")
+    core.block_compile(state, "a", "layer 7 missing")
+    assert (state.operations["a"].phase, state.operations["a"].blockers) == (
+        "blocked",
+        ["layer 7 missing"],
+    )
+    assert state.claims == {}
+
+
+def test_unsupported_protocol_blocks_the_request_keeps_claims_and_resume_keeps_it() -> None:
+    state = fresh(intent("a", ["c1"], protocol_version=2), intent("b", ["c1"]))
+    config = LedgerConfig()
+    assert dispatch_all(state, config) == []
+    request = state.requests["r-a"]
+    assert (request.phase, request.blocker) == ("blocked", "request_interpreter_unavailable")
+    assert state.claims == {"c1": "r-a"}
+    core.resume(state, config)
+    assert request.phase == "blocked"
+    assert core.plan_launches(state, config) == []
+    core.skip(state, "a", "needs v2 client")
+    assert state.claims == {}
+    assert state.operations["a"].outcome == "skipped"
+    assert core.plan_dispatches(state, config) == ["b"]
+
+
+def test_blocked_status_keeps_claims_until_resume_relaunches_with_recorded_action() -> None:
+    state = fresh(intent("a", ["c1"]), intent("b", ["c1"], ["a"]))
+    config = LedgerConfig()
+    dispatch_all(state, config)
+    core.record_finished(
+        state,
+        RequestReport(
+            request_id="r-a",
+            phase="blocked",
+            status={"outcome": "unresolved", "blocked": True, "error": "http 403"},
+            attempt=3,
+            next_action="query",
+        ),
+    )
+    assert state.operations["a"].blockers == ["http 403"]
+    assert state.claims == {"c1": "r-a"}
+    assert core.plan_launches(state, config) == []
+    assert core.resume(state, config) == ["r-a"]
+    assert core.plan_launches(state, config) == ["r-a"]
+    request = core.mark_launched(state, "r-a")
+    assert (request.retry_action, request.attempt, request.phase) == ("query", 3, "in_flight")
+    assert state.operations["a"].phase == "dispatched"
+
+
+def test_hold_stops_planning_until_every_token_is_released() -> None:
+    state = fresh(intent("a", ["c1"]))
+    config = LedgerConfig()
+    core.hold(state, "t1")
+    core.hold(state, "t2")
+    assert core.plan_dispatches(state, config) == []
+    assert core.release(state, "t1") and not core.release(state, "t1")
+    assert core.plan_dispatches(state, config) == []
+    core.release(state, "t2")
+    assert core.plan_dispatches(state, config) == ["a"]
+
+
+def test_skip_refuses_unknown_resolved_and_in_flight_operations() -> None:
+    state = fresh(intent("a", ["c1"]), intent("b", ["c2"]))
+    dispatch_all(state, LedgerConfig())
+    with pytest.raises(core.LedgerInputError, match="'zz' is not known"):
+        core.check_skip(state, "zz")
+    with pytest.raises(core.LedgerInputError, match="in flight"):
+        core.check_skip(state, "a")
+    finish(state, "r-b", "applied")
+    with pytest.raises(core.LedgerInputError, match="already resolved"):
+        core.check_skip(state, "b")
+
+
+def test_recovery_refuses_two_unresolved_requests_on_one_canvas() -> None:
+    state = fresh(intent("a", ["c1"]), intent("b", ["c1"]), intent("c", ["c2"]))
+    config = LedgerConfig(concurrency=3)
+    dispatch_all(state, config)
+    finish(state, "r-a", "applied")
+    dispatch_all(state, config)
+    core.recover(state)  # consistent: resolved r-a no longer claims c1
+    assert state.claims == {"c1": "r-b", "c2": "r-c"}
+    state.requests["r-c"].canvas_ids = ["c1"]  # a corrupted/hand-edited ledger
+    with pytest.raises(core.RecoveryConflictError) as error:
+        core.recover(state)
+    assert "canvas 'c1'" in str(error.value)
+    assert "'r-b'" in str(error.value) and "'r-c'" in str(error.value)
+
+
+def test_recovery_drops_compile_reservations() -> None:
+    state = fresh(intent("a", ["c1"]))
+    core.begin_dispatch(state, "a", "r1")
+    carried = LedgerState.model_validate_json(state.model_dump_json())
+    core.recover(carried)
+    assert carried.compiling == {} and carried.claims == {}
+    assert carried.operations["a"].phase == "pending"
+
+
+# ---------------------------------------------------------------- model run (hypothesis)
+
+CANVASES = ["c0", "c1", "c2", "c3"]
+TYPES = ["shape.update", "text.edit", "asset.upload", "run.cancel"]
+
+
+@st.composite
+def graphs(draw: st.DrawFn) -> list[dict[str, Any]]:
+    count = draw(st.integers(1, 12))
+    ops = []
+    for n in range(count):
+        deps = draw(st.lists(st.integers(0, max(n - 1, 0)), max_size=2)) if n else []
+        ops.append(
+            {
+                "id": f"op{n}",
+                "operation_type": draw(st.sampled_from(TYPES)),
+                "participants": draw(st.lists(st.sampled_from(CANVASES), max_size=3)),
+                "dependencies": sorted({f"op{d}" for d in deps}),
+                "payload": {"n": n},
+                "protocol_version": draw(st.sampled_from([1, 1, 1, 1, 2])),
+            }
+        )
+    return ops
+
+
+STATUSES = st.one_of(
+    st.just({"outcome": "applied"}),
+    st.just({"outcome": "rejected", "error": "conflict"}),
+    st.just({"outcome": "accepted"}),
+    st.just({"outcome": "unresolved"}),
+    st.builds(lambda ms: {"outcome": "unresolved", "retry_after_ms": ms}, st.integers(0, 5000)),
+    st.just({"outcome": "unresolved", "blocked": True, "error": "http 401"}),
+    st.just("garbage"),
+)
+
+
+@dataclass
+class Driver:
+    """Plays the shell: compiles, child loops, resumes, holds, continue-as-new."""
+
+    config: LedgerConfig
+    state: LedgerState
+    now: int = 0
+    next_id: int = 0
+    bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    loops: dict[str, tuple[RequestAction, int]] = field(
+        default_factory=dict
+    )  # request -> (action, attempt)
+
+    def pump(self) -> None:
+        for request_id in core.plan_launches(self.state, self.config):
+            request = core.mark_launched(self.state, request_id)
+            self.loops[request_id] = (request.retry_action, request.attempt)
+        for op_id in core.plan_dispatches(self.state, self.config):
+            for dependency in self.state.operations[op_id].intent.dependencies:
+                assert self.state.operations[dependency].phase == "resolved", (op_id, dependency)
+            self.next_id += 1
+            core.begin_dispatch(self.state, op_id, f"r{self.next_id}")
+
+    def compile(self, op_id: str, kind: str) -> None:
+        request_id = self.state.compiling[op_id]
+        if kind == "error":
+            core.block_compile(self.state, op_id, "compile exploded")
+            return
+        compiled = passthrough(self.state, op_id)
+        if kind == "mismatch":
+            compiled["canvas_ids"] = ["elsewhere"]
+        if core.freeze(self.state, self.config, op_id, request_id, compiled) == "launch":
+            self.loops[request_id] = ("submit", 0)
+        if request_id in self.state.requests:
+            self.bodies[request_id] = copy.deepcopy(self.state.requests[request_id].body)
+
+    def send(self, request_id: str, status: Any) -> None:
+        action, attempt = self.loops.pop(request_id)
+        # Every send carries the recorded body, unchanged since it was frozen.
+        assert self.state.requests[request_id].body == self.bodies[request_id]
+        attempt += 1
+        step = core.next_step(action, status, attempt, self.config.retry, self.now)
+        dumped = step.status.model_dump(mode="json", exclude_none=True)
+        if step.result == "retry":
+            assert step.delay_ms >= 1
+            core.record_progress(
+                self.state,
+                RequestReport(
+                    request_id=request_id,
+                    phase="in_flight",
+                    status=dumped,
+                    attempt=attempt,
+                    next_action=step.next_action,
+                    retry_at=step.retry_at,
+                ),
+            )
+            self.loops[request_id] = (step.next_action, attempt)
+            self.now += step.delay_ms
+            return
+        core.record_finished(
+            self.state,
+            RequestReport(
+                request_id=request_id,
+                phase="resolved" if step.result == "resolved" else "blocked",
+                status=dumped,
+                attempt=attempt,
+                next_action=step.next_action,
+            ),
+        )
+
+    def continue_as_new(self) -> None:
+        carried = LedgerState.model_validate_json(self.state.model_dump_json())
+        core.recover(carried)  # must never find a conflict
+        self.state = carried
+
+    def check(self) -> None:
+        state, config = self.state, self.config
+        owners: dict[str, str] = {}
+        for request in state.requests.values():
+            if request.phase != "resolved":
+                for canvas in request.canvas_ids:
+                    assert canvas not in owners, (
+                        f"{canvas} claimed by {owners[canvas]} and {request.id}"
+                    )
+                    owners[canvas] = request.id
+        for op_id, request_id in state.compiling.items():
+            for canvas in core.canvases_of(state.operations[op_id].intent):
+                assert canvas not in owners
+                owners[canvas] = request_id
+        assert state.claims == owners
+        total, by_type = core.in_flight(state)
+        assert total <= config.concurrency
+        for kind, lane in config.lanes.items():
+            assert by_type[kind] <= lane
+        running = {r.id for r in state.requests.values() if r.phase == "in_flight"}
+        assert running == set(self.loops)
+        for request_id, body in self.bodies.items():
+            assert state.requests[request_id].body == body
+            assert body["idempotency_key"] == request_id == body["id"]
+        for record in state.operations.values():
+            if record.phase == "blocked":
+                assert record.blockers and all(record.blockers)
+
+
+def stuck_on_blocked(state: LedgerState, op_id: str, seen: set[str] | None = None) -> bool:
+    """Pending only because a dependency is (transitively) blocked or a canvas it needs is
+    held by a blocked request (both wait for `resume` or `skip`)."""
+    seen = seen or set()
+    record = state.operations[op_id]
+    if record.phase == "blocked":
+        return True
+    if record.phase != "pending" or op_id in seen:
+        return False
+    seen.add(op_id)
+    canvas_held_by_blocked = any(
+        state.requests[state.claims[c]].phase == "blocked"
+        for c in record.intent.participants
+        if c in state.claims and state.claims[c] in state.requests
+    )
+    return canvas_held_by_blocked or any(
+        dep in state.operations and stuck_on_blocked(state, dep, seen)
+        for dep in record.intent.dependencies
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    graph=graphs(),
+    concurrency=st.integers(1, 3),
+    text_lane=st.sampled_from([None, 1]),
+    batches=st.integers(1, 3),
+    data=st.data(),
+)
+def test_model_invariants_hold_at_every_step_and_everything_settles(
+    graph: list[dict[str, Any]],
+    concurrency: int,
+    text_lane: int | None,
+    batches: int,
+    data: st.DataObject,
+) -> None:
+    lanes = {"asset.upload": 1, **({"text.edit": text_lane} if text_lane else {})}
+    config = LedgerConfig(concurrency=concurrency, lanes=lanes)
+    driver = Driver(config, LedgerState(ledger_id="L"))
+    size = -(-len(graph) // batches)
+    chunks = [graph[i : i + size] for i in range(0, len(graph), size)]
+    for _ in range(60):
+        choice = data.draw(
+            st.sampled_from(["enqueue", "compile", "send", "send", "resume", "hold", "can", "skip"])
+        )
+        if choice == "enqueue" and chunks:
+            batch = core.validate_enqueue(driver.state, {"operations": chunks.pop(0)})
+            core.enqueue(driver.state, batch)
+        elif choice == "compile" and driver.state.compiling:
+            op_id = data.draw(st.sampled_from(sorted(driver.state.compiling)))
+            driver.compile(
+                op_id, data.draw(st.sampled_from(["ok", "ok", "ok", "error", "mismatch"]))
+            )
+        elif choice == "send" and driver.loops:
+            request_id = data.draw(st.sampled_from(sorted(driver.loops)))
+            driver.send(request_id, data.draw(STATUSES))
+        elif choice == "resume":
+            core.resume(driver.state, config)
+        elif choice == "hold":
+            if driver.state.holds:
+                core.release(driver.state, driver.state.holds[0])
+            else:
+                core.hold(driver.state, "token")
+        elif choice == "can" and not driver.state.compiling:
+            driver.continue_as_new()
+        elif choice == "skip":
+            stuck = [
+                op_id
+                for op_id, r in driver.state.operations.items()
+                if r.phase == "blocked" and not _in_flight(driver.state, op_id)
+            ]
+            if stuck:
+                core.skip(driver.state, data.draw(st.sampled_from(stuck)), "given up")
+        driver.pump()
+        driver.check()
+
+    # Drain: everything left is enqueued, holds released, one resume; all answers `applied`.
+    for chunk in chunks:
+        core.enqueue(driver.state, core.validate_enqueue(driver.state, {"operations": chunk}))
+    driver.state.holds.clear()
+    core.resume(driver.state, config)
+    for _ in range(500):
+        driver.pump()
+        driver.check()
+        if driver.state.compiling:
+            driver.compile(next(iter(driver.state.compiling)), "ok")
+        elif driver.loops:
+            driver.send(next(iter(driver.loops)), {"outcome": "applied"})
+        else:
+            break
+    assert core.settled(driver.state) or all(
+        r.phase in ("resolved", "blocked") or stuck_on_blocked(driver.state, op_id)
+        for op_id, r in driver.state.operations.items()
+    )
+    for op_id, record in driver.state.operations.items():
+        if record.phase == "blocked":
+            # Only what no retry can fix stays blocked after a resume and a clean drain.
+            assert set(record.blockers) <= core.PERMANENT_BLOCKERS, record
+        else:
+            assert record.phase == "resolved" or stuck_on_blocked(driver.state, op_id), record
+    assert {r.phase for r in driver.state.requests.values()} <= {"resolved", "blocked"}
+
+
+def _in_flight(state: LedgerState, op_id: str) -> bool:
+    request_id = state.operations[op_id].request_id
+    return (
+        request_id is not None
+        and request_id in state.requests
+        and (state.requests[request_id].phase == "in_flight")
+    )
