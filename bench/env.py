@@ -1,0 +1,108 @@
+"""The benchmark's own dev server and in-process worker, on the product's server settings."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from bench.activities import BENCH_ACTIVITIES
+from bench.workflows import BENCH_WORKFLOWS
+from durability.connect import data_converter
+from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli
+from workflows import search_attributes
+
+
+@dataclass
+class Product:
+    """Which product sides exist in this checkout (the product is written in parallel)."""
+
+    workflows: list[type] = field(default_factory=list)
+    activities: list[Callable[..., Any]] = field(default_factory=list)
+    schedule: bool = False
+    ledger: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def load_product(ledger_url: str) -> Product:
+    """The product's workflows and built-in activities; the ledger's HTTP ones at `ledger_url`."""
+    product = Product()
+    try:
+        module = importlib.import_module("workflows.schedule.workflow")
+        product.workflows += [module.DurabilityScheduleWorkflow, module.ScheduledRunWorkflow]
+        product.schedule = True
+    except Exception as error:  # not written yet, or broken: bench the rest
+        product.notes.append(f"schedule workflows unavailable: {type(error).__name__}: {error}")
+    try:
+        module = importlib.import_module("workflows.ledger.workflow")
+        product.workflows += [module.OperationLedgerWorkflow, module.FrozenRequestWorkflow]
+        product.ledger = True
+    except Exception as error:
+        product.notes.append(f"ledger workflows unavailable: {type(error).__name__}: {error}")
+    try:
+        product.activities += list(
+            importlib.import_module("activities.schedule").schedule_activities()
+        )
+    except Exception as error:
+        product.notes.append(f"activities.schedule unavailable: {type(error).__name__}: {error}")
+    try:
+        module = importlib.import_module("activities.ledger")
+        product.activities += list(module.ledger_activities(ledger_url))
+    except Exception as error:
+        product.notes.append(f"activities.ledger unavailable: {type(error).__name__}: {error}")
+    return product
+
+
+@contextlib.asynccontextmanager
+async def dev_server(file_backed: bool) -> AsyncIterator[tuple[WorkflowEnvironment, str]]:
+    """`temporal server start-dev` on 127.0.0.1 with the lowered timer shift; in memory, or
+    with a database file in a fresh temporary directory."""
+    with tempfile.TemporaryDirectory(prefix="durability-bench-") as tmp:
+        db = str(Path(tmp) / "bench.db") if file_backed else None
+        env = await WorkflowEnvironment.start_local(
+            dev_server_existing_path=temporal_cli(),
+            dev_server_extra_args=TIMER_SHIFT_ARGS,
+            dev_server_database_filename=db,
+            dev_server_log_level="error",
+            search_attributes=search_attributes.ALL,
+            data_converter=data_converter(),
+            ip="127.0.0.1",
+        )
+        try:
+            yield env, ("file " + "(" + db + ")" if db else "in-memory")
+        finally:
+            await env.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def worker(
+    client: Client, product: Product, *, task_queue: str | None = None
+) -> AsyncIterator[Worker]:
+    """One in-process worker: the product's workflows and activities plus the bench's own."""
+    queue = task_queue or f"bench-{uuid.uuid4().hex[:8]}"
+    bench_activities = list(BENCH_ACTIVITIES)
+    with ThreadPoolExecutor(max_workers=500) as executor:
+        w = Worker(
+            client,
+            task_queue=queue,
+            workflows=[*product.workflows, *BENCH_WORKFLOWS],
+            activities=[*product.activities, *bench_activities],
+            activity_executor=executor,
+            max_concurrent_workflow_tasks=200,
+            max_concurrent_activities=500,
+            max_cached_workflows=12_000,
+            max_concurrent_workflow_task_polls=10,
+            max_concurrent_activity_task_polls=10,
+        )
+        async with w:
+            yield w

@@ -1,0 +1,202 @@
+"""N objects each due once a second, on one of three sides, measured the same way: the time a
+worker starts the run's activity minus the time the run was due."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleHandle,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    WorkflowHandle,
+)
+from temporalio.service import RPCError
+
+from bench.activities import RECORDER, Mark, now_ms
+
+WARMUP_MS = 3000
+SIDES = ("durability", "native", "chain")
+
+
+@dataclass
+class LoadResult:
+    side: str
+    objects: int
+    window_ms: tuple[int, int]
+    expected: int
+    seen: int
+    duplicates: int
+    completed: int
+    lateness: list[float]
+    keys: list[str] = field(default_factory=list)
+    tag: str = ""
+
+    @property
+    def missing(self) -> int:
+        return max(0, self.expected - self.seen)
+
+    @property
+    def runs_per_s(self) -> float:
+        span = (self.window_ms[1] - self.window_ms[0]) / 1000
+        return self.seen / span if span > 0 else 0.0
+
+
+async def _gather_bounded(coros: list[Any], limit: int = 32) -> list[Any]:
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(coro: Any) -> Any:
+        async with semaphore:
+            return await coro
+
+    return await asyncio.gather(*(one(c) for c in coros))
+
+
+async def _terminate(handles: list[WorkflowHandle[Any, Any]]) -> None:
+    async def stop(handle: WorkflowHandle[Any, Any]) -> None:
+        with contextlib.suppress(RPCError):
+            await handle.terminate("bench over")
+
+    await _gather_bounded([stop(h) for h in handles])
+
+
+async def run_load(
+    client: Client,
+    task_queue: str,
+    side: str,
+    objects: int,
+    duration_s: float,
+    grace_s: float = 3.0,
+) -> LoadResult:
+    """Start `objects` one-second schedules on `side`, measure, tear down."""
+    tag = f"{side}-{objects}-{uuid.uuid4().hex[:6]}"
+    keys = [f"bench-{tag}-{i}" for i in range(objects)]
+    start = now_ms()
+    until_ms = int(start + duration_s * 1000)
+    stoppers: list[Any] = []
+    if side == "durability":
+        handles = await _gather_bounded(
+            [
+                client.start_workflow(
+                    "DurabilitySchedule",
+                    {
+                        "run_activity": "bench_run",
+                        "outcome_activity": "bench_outcome",
+                        "activity_task_queue": task_queue,
+                    },
+                    id=f"schedule:{key}",
+                    task_queue=task_queue,
+                    start_signal="set",
+                    start_signal_args=[
+                        {"expression": "@every 1s", "version": 1, "params": {"bench_tag": tag}}
+                    ],
+                )
+                for key in keys
+            ]
+        )
+
+        async def stop_durability() -> None:
+            async def cancel(handle: WorkflowHandle[Any, Any]) -> None:
+                with contextlib.suppress(RPCError):
+                    await handle.signal("cancel", {})
+
+            await _gather_bounded([cancel(h) for h in handles])
+            await asyncio.sleep(1)
+            await _terminate(handles)
+
+        stoppers.append(stop_durability)
+    elif side == "native":
+        schedules: list[ScheduleHandle] = await _gather_bounded(
+            [
+                client.create_schedule(
+                    key,
+                    Schedule(
+                        action=ScheduleActionStartWorkflow(
+                            "BenchNativeRun",
+                            {"tag": tag, "key": key},
+                            id=f"native-run-{key}",
+                            task_queue=task_queue,
+                        ),
+                        spec=ScheduleSpec(
+                            intervals=[ScheduleIntervalSpec(every=timedelta(seconds=1))]
+                        ),
+                        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.ALLOW_ALL),
+                    ),
+                )
+                for key in keys
+            ]
+        )
+
+        async def stop_native() -> None:
+            async def delete(handle: ScheduleHandle) -> None:
+                with contextlib.suppress(RPCError):
+                    await handle.delete()
+
+            await _gather_bounded([delete(h) for h in schedules])
+
+        stoppers.append(stop_native)
+    elif side == "chain":
+        handles = await _gather_bounded(
+            [
+                client.start_workflow(
+                    "BenchChain",
+                    {"tag": tag, "until_ms": until_ms + 1000},
+                    id=key,
+                    task_queue=task_queue,
+                )
+                for key in keys
+            ]
+        )
+
+        async def stop_chain() -> None:
+            await _terminate(handles)
+
+        stoppers.append(stop_chain)
+    else:
+        raise ValueError(f"unknown side {side!r}")
+
+    ready = now_ms()
+    w0 = int((ready // 1000 + 1) * 1000 + WARMUP_MS)
+    w1 = int(until_ms // 1000 * 1000)
+    await asyncio.sleep(max(0.0, (w1 - now_ms()) / 1000 + grace_s))
+    for stop in stoppers:
+        await stop()
+    return collect(side, tag, keys, w0, w1)
+
+
+def collect(side: str, tag: str, keys: list[str], w0: int, w1: int) -> LoadResult:
+    marks: list[Mark] = [m for m in RECORDER.marks.get(tag, []) if w0 <= m.due_ms < w1]
+    unique = {(m.key, m.due_ms) for m in marks}
+    completed = {
+        (k, t)
+        for k, t, status in RECORDER.outcomes.get(tag, [])
+        if status == "complete" and w0 <= t < w1
+    }
+    expected = len(keys) * max(0, (w1 - w0) // 1000)
+    return LoadResult(
+        side=side,
+        objects=len(keys),
+        window_ms=(w0, w1),
+        expected=expected,
+        seen=len(unique),
+        duplicates=len(marks) - len(unique),
+        completed=len(completed) if side == "durability" else len(unique),
+        lateness=[m.lateness_ms for m in marks],
+        keys=keys,
+        tag=tag,
+    )
+
+
+def wall() -> float:
+    return time.monotonic()

@@ -1,0 +1,662 @@
+"""The scenarios. Each adds rows to the one results table."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from temporalio.client import Client, WorkflowHistory
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+
+from bench import cost
+from bench.activities import RECORDER, now_ms
+from bench.env import Product
+from bench.load import WARMUP_MS, LoadResult, _gather_bounded, _terminate, run_load
+from bench.machine import rss_mib
+from bench.results import Results
+from bench.stats import Summary, fmt_ms, fmt_ratio
+
+
+@dataclass
+class Ctx:
+    client: Client
+    task_queue: str
+    product: Product
+    quick: bool
+    results: Results
+    ledger_url: str = ""
+
+
+# ---------------------------------------------------------------- floors
+
+
+async def floors(ctx: Ctx) -> None:
+    r = ctx.results
+    span_s = 15 if ctx.quick else 30
+    # Raw timer wake-up: 10 loops aligned to whole seconds.
+    start = now_ms()
+    until = int(start + span_s * 1000)
+    handles = [
+        await ctx.client.start_workflow(
+            "BenchTimerLoop",
+            {"until_ms": until},
+            id=f"bench-timer-{uuid.uuid4().hex[:8]}-{i}",
+            task_queue=ctx.task_queue,
+        )
+        for i in range(10)
+    ]
+    w0 = (start // 1000 + 1) * 1000 + WARMUP_MS
+    samples: list[float] = []
+    for handle in handles:
+        for target, lateness in await handle.result():
+            if target >= w0:
+                samples.append(float(lateness))
+    s = Summary.of(samples)
+    r.series["floor: raw timer"] = samples
+    r.values["timer_p99"] = s.p99
+    r.row(
+        "floors",
+        "raw timer wake lateness p50 / p99 (ms)",
+        f"{fmt_ms(s.p50)} / {fmt_ms(s.p99)}",
+        f"10 loops, {s.n} wakes, workflow.now() after waking minus target",
+    )
+
+    # Raw chain: timer -> child workflow -> no-op activity.
+    chain = await run_load(ctx.client, ctx.task_queue, "chain", 10, span_s)
+    cs = Summary.of(chain.lateness)
+    r.series["floor: raw chain"] = chain.lateness
+    r.values["chain_p99"] = cs.p99
+    r.row(
+        "floors",
+        "raw chain (timer -> child -> activity) start lateness p50 / p99 (ms)",
+        f"{fmt_ms(cs.p50)} / {fmt_ms(cs.p99)}",
+        f"10 loops, {chain.seen}/{chain.expected} runs",
+    )
+
+    # Raw activity throughput from one workflow.
+    for parallel, count in ((1, 100 if ctx.quick else 300), (32, 500 if ctx.quick else 1000)):
+        elapsed_ms = await ctx.client.execute_workflow(
+            "BenchActivityThroughput",
+            {"count": count, "parallel": parallel},
+            id=f"bench-throughput-{uuid.uuid4().hex[:8]}",
+            task_queue=ctx.task_queue,
+            result_type=int,
+        )
+        rate = count / max(elapsed_ms, 1) * 1000
+        r.values[f"activity_rate_{parallel}"] = rate
+        label = "sequential" if parallel == 1 else f"{parallel} in flight"
+        r.row(
+            "floors",
+            f"raw no-op activity throughput, {label} (activities/s)",
+            f"{rate:.0f}",
+            f"{count} activities from one workflow in {elapsed_ms} ms",
+        )
+
+
+async def _ensure_floors(ctx: Ctx) -> None:
+    if "chain_p99" not in ctx.results.values:
+        await floors(ctx)
+
+
+# ---------------------------------------------------------------- schedule
+
+
+def _load_rows(r: Results, scenario: str, res: LoadResult, label: str) -> Summary:
+    s = Summary.of(res.lateness)
+    r.row(
+        scenario,
+        f"{label}: run-start lateness p50 / p99 / max (ms)",
+        f"{fmt_ms(s.p50)} / {fmt_ms(s.p99)} / {fmt_ms(s.max)}",
+        f"{res.objects} objects, {s.n} runs measured",
+    )
+    r.row(
+        scenario,
+        f"{label}: runs started / expected (missing)",
+        f"{res.seen} / {res.expected} ({res.missing})",
+        "missing = collapsed ticks (durability, S6) or starts not seen by end + grace"
+        + (f"; {res.duplicates} duplicate runs" if res.duplicates else ""),
+    )
+    if res.side == "durability":
+        r.row(
+            scenario,
+            f"{label}: runs completed (outcome delivered, complete)",
+            str(res.completed),
+            "",
+        )
+    return s
+
+
+async def schedule(ctx: Ctx) -> None:
+    r = ctx.results
+    await _ensure_floors(ctx)
+    duration = 20 if ctx.quick else 60
+    if ctx.product.schedule:
+        d = await run_load(ctx.client, ctx.task_queue, "durability", 10, duration, grace_s=5)
+        ds = _load_rows(r, "schedule", d, "durability @every 1s")
+        r.series["durability (10 objects)"] = d.lateness
+        r.values["durability_p99"] = ds.p99
+        ratio = ds.p99 / r.values["chain_p99"] if r.values.get("chain_p99") else float("nan")
+        r.row(
+            "schedule",
+            "ratio durability p99 / chain floor p99",
+            fmt_ratio(ratio),
+            "goal <= 1.5: " + ("MET" if ratio <= 1.5 else "MISSED"),
+        )
+        r.values["schedule_ratio"] = ratio
+    else:
+        r.row("schedule", "durability", "not run", "workflows.schedule.workflow unavailable")
+    n = await run_load(ctx.client, ctx.task_queue, "native", 10, duration, grace_s=5)
+    ns = _load_rows(r, "schedule", n, "native Schedule every 1s")
+    r.series["native Schedules (10)"] = n.lateness
+    r.values["native_p99"] = ns.p99
+    if "durability_p99" in r.values and ns.p99:
+        r.row(
+            "schedule",
+            "ratio durability p99 / native p99",
+            fmt_ratio(r.values["durability_p99"] / ns.p99),
+            "",
+        )
+
+
+# ---------------------------------------------------------------- capacity
+
+
+def _passes(res: LoadResult, p99: float) -> bool:
+    return p99 <= 1000 and res.seen >= 0.99 * res.expected
+
+
+async def capacity(ctx: Ctx) -> None:
+    r = ctx.results
+    levels = [20, 40, 60] if ctx.quick else [10, 20, 40, 60, 80, 100, 120]
+    duration = 12 if ctx.quick else 30
+    sides = ["durability", "native", "chain"] if ctx.product.schedule else ["native", "chain"]
+    capacities: dict[str, float] = {}
+    for side in sides:
+        best = 0.0
+        best_n = 0
+        r.sweep[side] = []
+        for level in levels:
+            res = await run_load(ctx.client, ctx.task_queue, side, level, duration)
+            s = Summary.of(res.lateness)
+            r.sweep[side].append((level, s.p99, res.runs_per_s))
+            ok = _passes(res, s.p99)
+            print(
+                f"    capacity {side} {level}: p99 {fmt_ms(s.p99)} ms, "
+                f"{res.seen}/{res.expected} runs, {'ok' if ok else 'FAIL'}",
+                flush=True,
+            )
+            if ok:
+                best, best_n = res.runs_per_s, level
+            await asyncio.sleep(2)  # let the server drain before the next level
+            if not ok:
+                break
+        capacities[side] = best
+        tried = ", ".join(f"{n}: p99 {fmt_ms(p)} ms" for n, p, _ in r.sweep[side])
+        r.row(
+            "capacity",
+            f"{side}: capacity (runs/s with p99 <= 1 s and >= 99% of runs)",
+            f"{best:.1f} ({best_n} objects)",
+            f"{duration} s per level; {tried}",
+        )
+    if "durability" in capacities:
+        d = capacities["durability"]
+        if capacities.get("native"):
+            ratio = d / capacities["native"]
+            r.row(
+                "capacity",
+                "durability / native capacity",
+                fmt_ratio(ratio),
+                "goal >= 1.0: " + ("MET" if ratio >= 1.0 else "MISSED"),
+            )
+        if capacities.get("chain"):
+            ratio = d / capacities["chain"]
+            r.row(
+                "capacity",
+                "durability / raw chain capacity",
+                fmt_ratio(ratio),
+                "goal >= 0.8: " + ("MET" if ratio >= 0.8 else "MISSED"),
+            )
+    r.note(
+        "capacity levels stop at the first level that fails; the resolution is the level "
+        f"step ({levels}), so capacities are lower bounds within one step"
+    )
+
+
+# ---------------------------------------------------------------- ledger
+
+
+class _AppliedHandler(BaseHTTPRequestHandler):
+    requests_seen = 0
+    lock = threading.Lock()
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        with self.lock:
+            type(self).requests_seen += 1
+        body = b'{"outcome": "applied"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = _answer
+    do_GET = _answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def start_http_server() -> tuple[ThreadingHTTPServer, str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _AppliedHandler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host, port = server.server_address[:2]
+    return server, f"http://{host!s}:{port}"
+
+
+def ledger_operations(count: int, canvases: int, seed: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    ops: list[dict[str, Any]] = []
+    for i in range(count):
+        participants = rng.sample(
+            [f"canvas-{c:02d}" for c in range(canvases)], rng.choice((1, 1, 2))
+        )
+        earlier = [o["id"] for o in ops[-50:]]
+        deps = rng.sample(earlier, min(len(earlier), rng.choice((0, 0, 1, 2))))
+        ops.append(
+            {
+                "id": f"op-{i:05d}",
+                "operation_type": "canvas.edit",
+                "participants": participants,
+                "dependencies": deps,
+                "payload": {"n": i},
+            }
+        )
+    return ops
+
+
+def _phases(snapshot: Any) -> dict[str, int]:
+    ops = snapshot.get("operations", []) if isinstance(snapshot, dict) else []
+    if isinstance(ops, dict):
+        ops = list(ops.values())
+    counts: dict[str, int] = {}
+    for op in ops:
+        phase = str(op.get("phase")) if isinstance(op, dict) else "?"
+        counts[phase] = counts.get(phase, 0) + 1
+    return counts
+
+
+async def ledger(ctx: Ctx) -> None:
+    r = ctx.results
+    if not ctx.product.ledger:
+        r.row("ledger", "ops/s", "not run", "workflows.ledger.workflow unavailable")
+        return
+    if "activity_rate_32" not in r.values:
+        await floors(ctx)
+    count = 300 if ctx.quick else 1000
+    ops = ledger_operations(count, 64, seed=7)
+    names = {
+        getattr(a, "__temporal_activity_definition").name
+        for a in ctx.product.activities
+        if hasattr(a, "__temporal_activity_definition")
+    }
+    http = {"http_submit", "http_query"} <= names
+    start_input = {
+        "concurrency": 32,
+        "compile_activity": "compile" if "compile" in names else "bench_compile",
+        "submit_activity": "http_submit" if http else "bench_submit",
+        "query_activity": "http_query" if http else "bench_query",
+        "activity_task_queue": ctx.task_queue,
+    }
+    ledger_id = f"bench-{uuid.uuid4().hex[:8]}"
+    before_http = _AppliedHandler.requests_seen
+    batches = [ops[i : i + 100] for i in range(0, len(ops), 100)]
+    t0 = time.monotonic()
+    handle = await ctx.client.start_workflow(
+        "OperationLedger",
+        start_input,
+        id=f"ledger:{ledger_id}",
+        task_queue=ctx.task_queue,
+        start_signal="enqueue",
+        start_signal_args=[{"operations": batches[0]}],
+    )
+    for batch in batches[1:]:
+        await handle.execute_update("enqueue", {"operations": batch})
+    enqueued = time.monotonic() - t0
+    polls = 0
+    phases: dict[str, int] = {}
+    deadline = t0 + (120 if ctx.quick else 600)
+    while time.monotonic() < deadline:
+        phases = _phases(await handle.query("snapshot"))
+        polls += 1
+        if phases.get("resolved", 0) + phases.get("blocked", 0) >= count:
+            break
+        await asyncio.sleep(0.5)
+    elapsed = time.monotonic() - t0
+    resolved = phases.get("resolved", 0)
+    rate = resolved / elapsed if elapsed > 0 else 0.0
+    raw = r.values["activity_rate_32"]
+    r.row(
+        "ledger",
+        "operations resolved / enqueued",
+        f"{resolved} / {count}",
+        f"phases at the end {phases}; 64 canvases, seeded random deps, concurrency 32; "
+        f"enqueue took {enqueued:.1f} s",
+    )
+    r.row(
+        "ledger",
+        "ops/s (until the snapshot shows all resolved)",
+        f"{rate:.1f}",
+        f"{elapsed:.1f} s; snapshot polled every 0.5 s ({polls} queries); "
+        f"{_AppliedHandler.requests_seen - before_http} HTTP requests to 127.0.0.1 "
+        f"via {start_input['submit_activity']}/{start_input['query_activity']}",
+    )
+    ratio = rate / raw if raw else float("nan")
+    r.row(
+        "ledger",
+        "ratio ops/s / raw 32-in-flight activity rate",
+        fmt_ratio(ratio),
+        "goal >= 0.33: " + ("MET" if ratio >= 0.33 else "MISSED"),
+    )
+    r.values["ledger_rate"] = rate
+    # Cost per operation, from the ledger's and its requests' histories.
+    try:
+        parents = await cost.chain_histories(ctx.client, handle.id)
+        parent = cost.Tally()
+        for h in parents:
+            parent.add(cost.tally(h.events, skip_setup=False))
+        child_ids = [
+            e.start_child_workflow_execution_initiated_event_attributes.workflow_id
+            for h in parents
+            for e in h.events
+            if e.HasField("start_child_workflow_execution_initiated_event_attributes")
+        ]
+        sample = child_ids[:: max(1, len(child_ids) // 40)][:40]
+        child = cost.Tally()
+        for wid in sample:
+            child.add(
+                cost.tally((await ctx.client.get_workflow_handle(wid).fetch_history()).events)
+            )
+        per_child = child.actions / len(sample) if sample else 0.0
+        total = parent.actions + per_child * len(child_ids)
+        r.row(
+            "cost",
+            "ledger: actions per operation",
+            f"{total / count:.1f}",
+            f"parent {parent.actions:.0f} actions / {parent.events} events over {len(parents)} "
+            f"run(s), {len(child_ids)} FrozenRequest children x {per_child:.1f} actions "
+            f"(sampled {len(sample)}); snapshot queries (1 action each) not included",
+        )
+        r.row(
+            "cost",
+            "ledger: parent history events per operation",
+            f"{parent.events / count:.1f}",
+            "parent actions by type: " + _top(parent.actions_by_type),
+        )
+        r.values["ledger_actions_per_op"] = total / count
+    except RPCError as error:
+        r.note(f"ledger cost not measured: {error}")
+    await _terminate([handle])
+
+
+def _top(counter: Any, n: int = 8) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in counter.most_common(n))
+
+
+# ---------------------------------------------------------------- cost
+
+
+async def _histories(client: Client, ids: list[str]) -> list[WorkflowHistory]:
+    return list(
+        await _gather_bounded([client.get_workflow_handle(i).fetch_history() for i in ids], limit=8)
+    )
+
+
+async def cost_scenario(ctx: Ctx) -> None:
+    r = ctx.results
+    duration = 15 if ctx.quick else 30
+    names_seen: set[str] = set()
+    if ctx.product.schedule:
+        d = await run_load(ctx.client, ctx.task_queue, "durability", 2, duration)
+        parent = cost.Tally()
+        ticks = 0
+        for key in d.keys:
+            for h in await cost.chain_histories(ctx.client, f"schedule:{key}"):
+                t = cost.tally(h.events, skip_setup=True)
+                parent.add(t)
+                ticks += t.by_type.get("StartChildWorkflowExecutionInitiated", 0)
+        runs = [(k, t) for k, t, _ in RECORDER.outcomes.get(d.tag, [])][:20]
+        child = cost.Tally()
+        for h in await _histories(ctx.client, [f"schedule-run:{k}:{t}" for k, t in runs]):
+            child.add(cost.tally(h.events))
+        names_seen |= set(parent.by_type) | set(child.by_type)
+        per_child = child.actions / len(runs) if runs else float("nan")
+        per_tick_events = parent.events / ticks if ticks else float("nan")
+        per_tick_actions = parent.actions / ticks if ticks else float("nan")
+        r.row(
+            "cost",
+            "durability: parent history events per tick",
+            f"{per_tick_events:.1f}",
+            f"{parent.events} events / {ticks} ticks (2 objects, {duration} s; events by type: "
+            + _top(parent.by_type, 12)
+            + ")",
+        )
+        r.row(
+            "cost",
+            "durability: actions per run",
+            f"{per_tick_actions + per_child:.1f}",
+            f"parent {per_tick_actions:.1f}/tick ({_top(parent.actions_by_type)}) + "
+            f"ScheduledRun child {per_child:.1f} ({_top(child.actions_by_type)}); "
+            "setup (signal-with-start) excluded",
+        )
+        r.row(
+            "cost",
+            "durability: ScheduledRun child history events per run",
+            f"{child.events / len(runs) if runs else float('nan'):.1f}",
+            "",
+        )
+        r.values["durability_actions_per_run"] = per_tick_actions + per_child
+        r.values["durability_events_per_tick"] = per_tick_events
+    n = await run_load(ctx.client, ctx.task_queue, "native", 1, duration)
+    listed = [
+        w.id
+        async for w in ctx.client.list_workflows(
+            f"WorkflowType = 'BenchNativeRun' AND TemporalScheduledById = '{n.keys[0]}'"
+        )
+    ][:20]
+    native = cost.Tally()
+    for h in await _histories(ctx.client, listed):
+        native.add(cost.tally(h.events))
+    names_seen |= set(native.by_type)
+    per = native.actions / len(listed) if listed else float("nan")
+    r.row(
+        "cost",
+        "native Schedule: actions per run",
+        f"{per + 2:.1f}",
+        f"Schedule Start 2 + started workflow {per:.1f} "
+        f"({_top(native.actions_by_type)}; its start counted as the Schedule's Workflow started)",
+    )
+    r.row(
+        "cost",
+        "native Schedule: started workflow history events per run",
+        f"{native.events / len(listed) if listed else float('nan'):.1f}",
+        "plus the schedule's own internal workflow, not visible",
+    )
+    ch = await run_load(ctx.client, ctx.task_queue, "chain", 1, duration)
+    chain_parent = cost.Tally()
+    for h in await cost.chain_histories(ctx.client, ch.keys[0]):
+        chain_parent.add(cost.tally(h.events, skip_setup=True))
+    chain_ticks = chain_parent.by_type.get("StartChildWorkflowExecutionInitiated", 0)
+    chain_children = [
+        h
+        for h in await _histories(
+            ctx.client, [f"{ch.keys[0]}:{m.due_ms}" for m in RECORDER.marks.get(ch.tag, [])][:10]
+        )
+    ]
+    cc = cost.Tally()
+    for h in chain_children:
+        cc.add(cost.tally(h.events))
+    if chain_ticks and chain_children:
+        r.row(
+            "cost",
+            "raw chain: parent events per tick / actions per run",
+            f"{chain_parent.events / chain_ticks:.1f} / "
+            f"{chain_parent.actions / chain_ticks + cc.actions / len(chain_children):.1f}",
+            "the minimum a tick costs done as timer -> child -> activity",
+        )
+    names_seen |= set(chain_parent.by_type)
+    r.note(
+        "Temporal Cloud actions counted from histories with the rules of "
+        + cost.DOCS
+        + ": "
+        + "; ".join(cost.rules_used(names_seen))
+        + "; "
+        + cost.QUERY_RULE
+        + "; "
+        + cost.SCHEDULE_RULE
+    )
+
+
+# ---------------------------------------------------------------- scale
+
+
+async def scale(ctx: Ctx) -> None:
+    r = ctx.results
+    if not ctx.product.schedule:
+        r.row("scale", "idle schedules", "not run", "workflows.schedule.workflow unavailable")
+        return
+    count = 1000 if ctx.quick else 10_000
+    minute = (time.gmtime().tm_min + 30) % 60  # hourly, half an hour away from now
+    expression = f"{minute} * * * *"
+    rss_before = rss_mib()
+    prefix = f"bench-idle-{uuid.uuid4().hex[:6]}"
+    t0 = time.monotonic()
+    handles = await _gather_bounded(
+        [
+            ctx.client.start_workflow(
+                "DurabilitySchedule",
+                {"run_activity": "bench_run", "outcome_activity": "bench_outcome"},
+                id=f"schedule:{prefix}-{i}",
+                task_queue=ctx.task_queue,
+                start_signal="set",
+                start_signal_args=[{"expression": expression, "version": 1}],
+            )
+            for i in range(count)
+        ],
+        limit=64,
+    )
+    started = time.monotonic() - t0
+    # Settled: every schedule has stored its `set` (answering `get` with the expression).
+    probe = handles[-50:]
+    while time.monotonic() - t0 < 600:
+        answers = await _gather_bounded([h.query("get") for h in probe], limit=16)
+        if all(isinstance(a, dict) and a.get("expression") == expression for a in answers):
+            break
+        await asyncio.sleep(0.5)
+    settled = time.monotonic() - t0
+    await asyncio.sleep(3)
+    rss_after = rss_mib()
+    r.row(
+        "scale",
+        f"{count} idle hourly schedules: time to start (signal-with-start, 64 at once)",
+        f"{started:.1f} s ({count / started:.0f}/s)",
+        f"all first workflow tasks done after {settled:.1f} s (probe: `get` on the last 50)",
+    )
+    r.row(
+        "scale",
+        "worker process RSS before / after (MiB)",
+        f"{rss_before:.0f} / {rss_after:.0f}",
+        f"{(rss_after - rss_before) * 1024 / count:.1f} KiB per cached schedule "
+        "(max_cached_workflows 12000; VmRSS of this process: worker + client + bench)",
+    )
+    sample = await cost.chain_histories(ctx.client, handles[0].id)
+    r.row("scale", "history events per idle schedule after start", str(len(sample[-1].events)), "")
+    r.note(
+        f"scale: the {count} idle schedules use cron `{expression}` so none fires during the "
+        "bench; they are left for the dev server's shutdown"
+    )
+
+
+async def history_day(ctx: Ctx) -> None:
+    """History length after a simulated day, on the time-skipping test server."""
+    r = ctx.results
+    if not ctx.product.schedule:
+        return
+    from bench.env import worker
+    from durability.connect import data_converter
+    from durability.devserver import test_server
+
+    interval = "5m" if ctx.quick else "1m"
+    objects = 1 if ctx.quick else 2
+    t0 = time.monotonic()
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=test_server(), data_converter=data_converter()
+    )
+    try:
+        tq = f"bench-ts-{uuid.uuid4().hex[:6]}"
+        async with worker(env.client, ctx.product, task_queue=tq):
+            tag = f"ts-{uuid.uuid4().hex[:6]}"
+            ids = [f"schedule:bench-day-{tag}-{i}" for i in range(objects)]
+            for wid in ids:
+                await env.client.start_workflow(
+                    "DurabilitySchedule",
+                    {"run_activity": "bench_run", "outcome_activity": "bench_outcome"},
+                    id=wid,
+                    task_queue=tq,
+                    start_signal="set",
+                    start_signal_args=[
+                        {
+                            "expression": f"@every {interval}",
+                            "version": 1,
+                            "params": {"bench_tag": tag},
+                        }
+                    ],
+                )
+            await env.sleep(timedelta(days=1))
+            for wid in ids:
+                runs = await cost.chain_histories(env.client, wid)
+                lengths = [len(h.events) for h in runs]
+                ticks = sum(
+                    1
+                    for h in runs
+                    for e in h.events
+                    if e.HasField("start_child_workflow_execution_initiated_event_attributes")
+                )
+                r.row(
+                    "scale",
+                    f"history after a simulated day, @every {interval} ({wid[-1]})",
+                    f"{len(runs)} runs, max {max(lengths)} events/run, current {lengths[-1]}",
+                    f"{ticks} ticks in 24 h simulated on the time-skipping server in "
+                    f"{time.monotonic() - t0:.0f} s; continue-as-new bounds each run",
+                )
+            r.row(
+                "scale",
+                "runs seen by the run activity in the simulated day",
+                str(len(RECORDER.marks.get(tag, []))),
+                f"{objects} object(s)",
+            )
+    finally:
+        await env.shutdown()
+
+
+SCENARIOS = {
+    "floors": floors,
+    "schedule": schedule,
+    "capacity": capacity,
+    "ledger": ledger,
+    "cost": cost_scenario,
+    "scale": scale,
+    "history": history_day,
+}
+QUICK = ["floors", "schedule", "capacity", "ledger", "cost", "scale", "history"]
