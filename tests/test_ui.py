@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
-from playwright.async_api import async_playwright
+from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import Page, async_playwright
 from temporalio.client import Client
 
 from durability.client import DurabilityClient
@@ -23,6 +25,25 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SCREENSHOT = PROJECT_ROOT / "docs" / "ui-schedule.png"
+
+
+async def body_containing(page: Page, text: str) -> str:
+    """The page's visible text once it contains `text` (the UI renders asynchronously).
+
+    Summaries are rendered as markdown inside iframes, so every frame's text counts."""
+
+    async def body() -> str | None:
+        texts = []
+        for frame in page.frames:
+            try:
+                texts.append(await frame.inner_text("body", timeout=2000))
+            except PlaywrightError:
+                continue
+        content = "\n".join(texts)
+        return content if text in content else None
+
+    found: str = await eventually(body, timeout=20, interval=0.5)
+    return found
 
 
 async def test_schedule_page_shows_its_summary_and_child_runs(
@@ -47,16 +68,21 @@ async def test_schedule_page_shows_its_summary_and_child_runs(
             browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
                 page = await browser.new_page(viewport={"width": 1400, "height": 1000})
-                await page.goto(url, wait_until="networkidle")
-                await page.get_by_text(f"schedule {object_id}").first.wait_for(timeout=20_000)
-                await page.get_by_text("ScheduledRun").first.wait_for(timeout=20_000)
-                body = await page.inner_text("body")
+                await page.goto(url, wait_until="domcontentloaded")
+                # Children appear in the timeline under their static summaries.
+                timeline = await body_containing(page, f"of {object_id}")
                 Path(SCREENSHOT).parent.mkdir(exist_ok=True)
-                await page.screenshot(path=str(SCREENSHOT), full_page=True)
+                await page.screenshot(path=str(SCREENSHOT))
+                await page.get_by_text("User Metadata").first.click()
+                metadata = await body_containing(page, f"schedule {object_id}")
+                await page.get_by_text("Relationships").first.click()
+                relationships = await body_containing(page, f"schedule-run:{object_id}:")
             finally:
                 await browser.close()
-        assert f"schedule {object_id}" in body
-        assert "ScheduledRun" in body
+        assert "DurabilitySchedule" in timeline
+        assert re.search(rf"run \d{{4}}-\d\d-\d\dT[\d:.]+\+00:00 of {object_id}", timeline)
+        assert f"schedule {object_id}" in metadata
+        assert f"schedule-run:{object_id}:" in relationships
         await durability.cancel_schedule(object_id)
         await asyncio.sleep(0)
         await client.get_workflow_handle(f"schedule:{object_id}").terminate("test done")
