@@ -49,6 +49,16 @@ def http_input(**overrides: Any) -> LedgerInput:
     return LedgerInput(**values)
 
 
+async def record_history(
+    client: Client, workflow_id: str, name: str, run_id: str | None = None
+) -> None:
+    """With DURABILITY_RECORD_HISTORIES=1, save a history for the replay test."""
+    if os.environ.get("DURABILITY_RECORD_HISTORIES") == "1":
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        recorded = {"workflow_id": workflow_id, "history": history.to_json_dict()}
+        (HISTORIES / f"ledger_{name}.json").write_text(json.dumps(recorded, indent=1))
+
+
 async def start_ledger(
     client: Client, ledger_id: str, task_queue: str, config: LedgerInput
 ) -> WorkflowHandle[Any, Any]:
@@ -174,6 +184,9 @@ async def test_retry_after_is_honoured_and_transport_errors_are_unresolved(
             handle = await start_ledger(client, unique, task_queue, http_input())
             await enqueue(handle, intent("a", ["c1"]))
             snap = await settled(handle)
+            request_workflow = f"request:{unique}:{snap['requests'][0]['id']}"
+            await client.get_workflow_handle(request_workflow).result()
+            await record_history(client, request_workflow, "request_retry_after")
     request = snap["requests"][0]
     assert snap["operations"][0]["outcome"] == "applied"
     assert [r.method for r in server.sent(request["id"])] == ["POST", "GET", "POST"]
@@ -241,6 +254,8 @@ async def test_blocked_status_holds_claims_until_resume_then_same_body_applies(
             resumed = await handle.execute_update("resume", {}, result_type=dict)
             assert resumed == {"resumed": [a["request_id"]]}
             snap = await settled(handle)
+            await handle.execute_update("stop", {})
+            await record_history(client, handle.id, "blocked_resume")
     ops = operations(snap)
     assert ops["a"]["outcome"] == ops["b"]["outcome"] == "applied"
     sent = server.sent(ops["a"]["request_id"])
@@ -404,12 +419,7 @@ async def test_continue_as_new_keeps_in_flight_requests_and_their_bodies(
             first_run = handle.result_run_id
             await enqueue(handle, *graph)
             snap = await settled(handle, timeout=60)
-            record = os.environ.get("DURABILITY_RECORD_HISTORIES") == "1"
-            if record:
-                history = await client.get_workflow_handle(
-                    handle.id, run_id=first_run
-                ).fetch_history()
-                (HISTORIES / "ledger_continue_as_new.json").write_text(history.to_json())
+            await record_history(client, handle.id, "continue_as_new", first_run)
     first = client.get_workflow_handle(handle.id, run_id=first_run)
     assert (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
     assert {o["outcome"] for o in snap["operations"]} == {"applied"}

@@ -1,0 +1,36 @@
+"""Replay recorded ledger histories with the current code: a nondeterministic change fails here.
+
+Re-record after an intended, patched change with
+`DURABILITY_RECORD_HISTORIES=1 .venv/bin/python -m pytest tests/test_ledger_workflow.py`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
+
+from durability.connect import data_converter, interceptors
+from workflows.ledger.workflow import FrozenRequestWorkflow, OperationLedgerWorkflow
+
+HISTORIES = sorted((Path(__file__).parent / "histories").glob("ledger_*.json"))
+
+
+def test_histories_are_recorded() -> None:
+    assert len(HISTORIES) >= 3, HISTORIES
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+async def test_recorded_history_replays(path: Path) -> None:
+    recorded = json.loads(path.read_text())
+    history = WorkflowHistory.from_json(recorded["workflow_id"], recorded["history"])
+    replayer = Replayer(
+        workflows=[OperationLedgerWorkflow, FrozenRequestWorkflow],
+        data_converter=data_converter(),
+        interceptors=interceptors(),
+    )
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
+    assert result.replay_failure is None
