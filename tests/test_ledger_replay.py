@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
+from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.worker import Replayer
 
-from durability.connect import data_converter, interceptors
+from durability.connect import data_converter
 from workflows.ledger.workflow import FrozenRequestWorkflow, OperationLedgerWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("ledger_*.json"))
@@ -30,7 +31,7 @@ async def test_recorded_history_replays(path: Path) -> None:
     replayer = Replayer(
         workflows=[OperationLedgerWorkflow, FrozenRequestWorkflow],
         data_converter=data_converter(),
-        interceptors=interceptors(),
+        interceptors=[TracingInterceptor()],  # as the worker gets it from the client
     )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None
