@@ -497,3 +497,39 @@ async def test_bad_enqueue_is_rejected_naming_the_field_and_bad_signals_are_drop
         )
         assert "from-cli" in via_cli.stdout
         await settled(handle)
+
+
+async def test_worker_restart_mid_flight_resends_nothing_new_and_signal_with_start_works(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    gate = {"open": False}
+
+    def gated(method: str, _request_id: str, _count: int) -> Answer:
+        if method == "POST":
+            return 202, {}, {"outcome": "accepted"}
+        if gate["open"]:
+            return 200, {}, {"outcome": "applied"}
+        return 200, {}, {"outcome": "accepted"}
+
+    graph = [intent("a", ["c1"]), intent("b", ["c1"], ["a"]), intent("c", ["c2"])]
+    with recording_server(gated) as server:
+        activities = ledger_activities(server.base_url)
+        async with ledger_worker(client, task_queue, activities):
+            # L1: signal-with-start creates the ledger and records the first batch.
+            handle = await client.start_workflow(
+                "OperationLedger",
+                http_input(),
+                id=f"ledger:{unique}",
+                task_queue=task_queue,
+                start_signal="enqueue",
+                start_signal_args=[{"operations": graph}],
+            )
+            await eventually(lambda: len(server.first_post) == 2)
+        # The worker is gone (its workflow caches with it); a new one replays from history.
+        gate["open"] = True
+        async with ledger_worker(client, task_queue, activities):
+            snap = await settled(handle)
+    assert {o["outcome"] for o in snap["operations"]} == {"applied"}
+    assert [o["id"] for o in snap["operations"]] == ["a", "b", "c"]
+    assert server.violations == []
+    assert len(server.bodies) == 3  # one body per request, no request frozen twice
