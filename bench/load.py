@@ -172,7 +172,29 @@ async def run_load(
     await asyncio.sleep(max(0.0, (w1 - now_ms()) / 1000 + grace_s))
     for stop in stoppers:
         await stop()
+    await drain(client)
     return collect(side, tag, keys, w0, w1)
+
+
+async def drain(client: Client, timeout_s: float = 90.0) -> int:
+    """Terminate everything still running (children a failed level left behind, workflows a
+    deleted native Schedule started) and wait until the worker has gone quiet, so the next
+    level starts on an idle server. Returns how many workflows were terminated."""
+    deadline = time.monotonic() + timeout_s
+    terminated = 0
+    quiet_rounds = 0
+    while time.monotonic() < deadline and quiet_rounds < 2:
+        marks_before = sum(len(v) for v in RECORDER.marks.values())
+        running = [
+            client.get_workflow_handle(w.id, run_id=w.run_id)
+            async for w in client.list_workflows("ExecutionStatus = 'Running'")
+        ]
+        await _terminate(running)
+        terminated += len(running)
+        await asyncio.sleep(1.0)
+        marks_after = sum(len(v) for v in RECORDER.marks.values())
+        quiet_rounds = quiet_rounds + 1 if not running and marks_after == marks_before else 0
+    return terminated
 
 
 def collect(side: str, tag: str, keys: list[str], w0: int, w1: int) -> LoadResult:

@@ -41,6 +41,8 @@ def fmt_ms(value: float) -> str:
 
 
 def fmt_ratio(value: float | None) -> str:
-    if value is None or math.isnan(value) or math.isinf(value):
+    if value is None or math.isnan(value):
         return "-"
+    if math.isinf(value):
+        return "inf"
     return f"{value:.2f}"
