@@ -1,0 +1,117 @@
+"""Topology: several `python worker.py` processes against one dev server share the
+`durability` work, and schedules keep ticking while workers are killed one by one as long
+as one remains (the `docker compose up --scale worker=3` topology, run locally)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+from functools import partial
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from durability.client import DurabilityClient
+from tests.fleet import Recorder, WorkerFleet
+from tests.helpers import eventually
+
+OPTIONS = {
+    "run_activity": "run_webhook",
+    "outcome_activity": "on_outcome_webhook",
+    "run_heartbeat_timeout_ms": 2000,
+    "outcome_timeout_ms": 5000,
+}
+
+
+async def activity_workers(client: Client, keys: list[str]) -> set[str]:
+    """Identities (`pid@host`) of the workers that started the run activity of these runs."""
+    identities: set[str] = set()
+    for key in keys:
+        history = await client.get_workflow_handle(f"schedule-run:{key}").fetch_history()
+        for event in history.events:
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                identities.add(event.activity_task_started_event_attributes.identity)
+                break
+    return identities
+
+
+def pid_of(identity: str) -> int:
+    return int(identity.split("@", 1)[0])
+
+
+@pytest.mark.timeout(170)
+async def test_workers_share_the_work_and_ticking_survives_all_but_one(
+    client: Client, dev_server_address: str, tmp_path: Path
+) -> None:
+    recorder = Recorder(seed=3, slow_run_rate=0.0, outcome_fail_rate=0.0)
+    recorder.start()
+    queue = f"fleet-{uuid.uuid4().hex[:8]}"
+    fleet = WorkerFleet(dev_server_address, queue, 3, tmp_path, {"DURABILITY_LOG_LEVEL": "INFO"})
+    fleet.start()
+    durability = DurabilityClient(client, queue)
+    object_ids = [f"fleet-{uuid.uuid4().hex[:6]}-{i}" for i in range(4)]
+    params = {"url": f"{recorder.base_url}/run", "outcome_url": f"{recorder.base_url}/outcome"}
+
+    def completed_since(moment: float) -> list[str]:
+        with recorder.lock:
+            return [
+                key
+                for key, posts in recorder.runs.items()
+                if any(post.finished and post.received_at > moment for post in posts)
+            ]
+
+    try:
+        for object_id in object_ids:
+            await durability.set_schedule(object_id, "@every 1s", 1, params=params, options=OPTIONS)
+        pids = {slot.index: slot.process.pid for slot in fleet.slots if slot.process}
+
+        async def shared() -> set[str] | None:
+            served = await activity_workers(client, completed_since(0.0))
+            return served if len(served) >= 2 else None
+
+        # The three processes poll one queue: runs land on more than one of them.
+        served = await eventually(shared, timeout=60, interval=1.0)
+        assert {pid_of(identity) for identity in served} <= set(pids.values())
+
+        def every_schedule_ticked_since(moment: float) -> bool:
+            ticked = [key.rsplit(":", 1)[0] for key in completed_since(moment)]
+            return all(ticked.count(object_id) >= 2 for object_id in object_ids)
+
+        for victim in (0, 1):
+            fleet.kill(victim)
+            killed_at = time.time()
+            # Every schedule goes on ticking: two fresh runs of each complete after the kill
+            # (workflows cached on the dead worker move on once its sticky queue times out).
+            await eventually(partial(every_schedule_ticked_since, killed_at), timeout=60)
+        assert fleet.alive() == [2]
+        last = time.time() + 1.0  # past anything the dead workers sent before dying
+        fresh = await eventually(lambda: completed_since(last)[:6] or None, timeout=45)
+        served = await activity_workers(client, fresh)
+        assert {pid_of(identity) for identity in served} == {pids[2]}, (served, pids, fresh)
+
+        for object_id in object_ids:
+            assert await durability.cancel_schedule(object_id) is True
+
+        async def acknowledged() -> bool:
+            runs = await asyncio.gather(*(durability.list_runs(o) for o in object_ids))
+            return not any(runs)
+
+        await eventually(acknowledged, timeout=60, interval=0.5)
+        with recorder.lock:
+            assert all(len(posts) == 1 for posts in recorder.runs.values())
+    finally:
+        await fleet.stop()
+        recorder.close()
+    survivor = fleet.slots[2].process
+    assert survivor is not None
+    log = fleet.log_path(2).read_text()
+    assert "worker stopped" in log, log[-2000:]  # SIGTERM drained and returned cleanly
+    # Known SDK issue (temporalio/sdk-python#300): now and then the interpreter aborts in
+    # finalization after a clean stop ("PyGILState_Release ... finalizing", exit -6).
+    aborted_after_stop = survivor.returncode == -signal.SIGABRT and "PyGILState_Release" in log
+    assert survivor.returncode == 0 or aborted_after_stop, (survivor.returncode, log[-2000:])
+    assert fleet.kills == 2 and fleet.unexpected_exits == 0
