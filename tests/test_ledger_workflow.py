@@ -383,7 +383,12 @@ async def test_stop_cancels_in_flight_and_returns_the_final_snapshot(
         async with ledger_worker(client, task_queue, activities):
             handle = await start_ledger(client, unique, task_queue, http_input())
             await enqueue(handle, intent("a", ["c1"]), intent("b", ["c2"]), intent("c", ["c1"]))
-            await eventually(lambda: len(server.first_post) == 2)
+
+            async def both_submitted() -> bool:
+                sent = [r for r in (await snapshot(handle))["requests"] if r["attempt"] >= 1]
+                return len(sent) == 2
+
+            await eventually(both_submitted)
             final = await handle.execute_update("stop", {}, result_type=dict)
             assert await handle.result() == final
             ops = operations(final)
@@ -533,3 +538,40 @@ async def test_worker_restart_mid_flight_resends_nothing_new_and_signal_with_sta
     assert [o["id"] for o in snap["operations"]] == ["a", "b", "c"]
     assert server.violations == []
     assert len(server.bodies) == 3  # one body per request, no request frozen twice
+
+
+async def test_stop_after_continue_as_new_cancels_requests_started_by_an_earlier_run(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    def never_decides(method: str, _request_id: str, _count: int) -> Answer:
+        return 202, {}, {"outcome": "accepted"}
+
+    with recording_server(never_decides) as server:
+        activities = ledger_activities(server.base_url)
+        async with ledger_worker(client, task_queue, activities):
+            config = http_input(continue_as_new_after_events=30)
+            handle = await start_ledger(client, unique, task_queue, config)
+            first_run = handle.result_run_id
+            await enqueue(handle, intent("a", ["c1"]), intent("b", ["c2"]))
+
+            async def continued() -> bool:
+                first = client.get_workflow_handle(handle.id, run_id=first_run)
+                status = (await first.describe()).status
+                return status == WorkflowExecutionStatus.CONTINUED_AS_NEW
+
+            await eventually(continued)
+            final = await client.get_workflow_handle(handle.id).execute_update(
+                "stop", {}, result_type=dict
+            )
+            assert {r["phase"] for r in final["requests"]} == {"frozen"}
+            assert len(final["requests"]) == 2
+            for request in final["requests"]:
+                child = client.get_workflow_handle(f"request:{unique}:{request['id']}")
+                await eventually(
+                    lambda child=child: _is_canceled(child),  # type: ignore[misc]
+                )
+    assert server.violations == []
+
+
+async def _is_canceled(handle: WorkflowHandle[Any, Any]) -> bool:
+    return (await handle.describe()).status == WorkflowExecutionStatus.CANCELED

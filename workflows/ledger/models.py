@@ -51,8 +51,9 @@ class LedgerConfig(BaseModel):
     query_activity: str = Field(default="query", min_length=1)
     activity_task_queue: str | None = None
     # Not part of the wire contract: continue-as-new once history reaches this many events
-    # (None: when Temporal suggests it, with a safety cap). Tests use a tiny value.
-    continue_as_new_after_events: int | None = Field(default=None, ge=1)
+    # (None: when Temporal suggests it, with a safety cap). Tests use a small value; below 20
+    # a fresh run could be due before it dispatches anything.
+    continue_as_new_after_events: int | None = Field(default=None, ge=20)
 
 
 class OperationIntent(BaseModel):

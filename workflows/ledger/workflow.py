@@ -27,6 +27,7 @@ from temporalio.exceptions import (
     ChildWorkflowError,
     FailureError,
     WorkflowAlreadyStartedError,
+    is_cancelled_exception,
 )
 
 with workflow.unsafe.imports_passed_through():
@@ -177,6 +178,9 @@ class OperationLedgerWorkflow:
                 summary=f"compile {op_id}",
             )
         except ActivityError as error:
+            if is_cancelled_exception(error):
+                core.abandon_dispatch(self._state, op_id)
+                raise
             core.block_compile(self._state, op_id, _failure_message(error))
             compiled = None
         except asyncio.CancelledError:
@@ -224,11 +228,11 @@ class OperationLedgerWorkflow:
             try:
                 result = await handle
             except ChildWorkflowError as error:
+                # Cancelled: only `stop` cancels a request. Failed: blocked until resume.
+                cancelled = is_cancelled_exception(error)
+                reason = "stopped" if cancelled else f"request_workflow_failed: {error.cause}"
                 core.request_interrupted(
-                    self._state,
-                    request_id,
-                    f"request_workflow_failed: {_failure_message(error)}",
-                    stopped=self._state.stopped,
+                    self._state, request_id, reason, stopped=cancelled or self._state.stopped
                 )
                 return
             try:
@@ -433,7 +437,7 @@ class OperationLedgerWorkflow:
                 )
                 try:
                     await child.cancel()
-                except ApplicationError as error:
+                except FailureError as error:
                     workflow.logger.info("request %s already closed: %s", request.id, error)
                 core.request_interrupted(self._state, request.id, "stopped", stopped=True)
         await workflow.wait_condition(lambda: not self._compiles and not self._children)
@@ -513,6 +517,8 @@ class FrozenRequestWorkflow:
                     summary=f"{action} {request_id}",
                 )
             except ActivityError as error:
+                if is_cancelled_exception(error):
+                    raise  # stopped: the loop ends here, not with a retry
                 raw = {"outcome": "unresolved", "error": f"transport: {_failure_message(error)}"}
             attempt += 1
             step = core.next_step(action, raw, attempt, input.retry, _now_ms())
@@ -547,6 +553,6 @@ class FrozenRequestWorkflow:
     ) -> None:
         try:
             await ledger.signal(name, report.model_dump(mode="json"))
-        except ApplicationError as error:
+        except FailureError as error:
             # The ledger is gone (stopped); the report is still this workflow's result.
             workflow.logger.warning("cannot report %s to the ledger: %s", name, error)
