@@ -42,6 +42,7 @@ class LoadResult:
     lateness: list[float]
     keys: list[str] = field(default_factory=list)
     tag: str = ""
+    notes: list[str] = field(default_factory=list)
 
     @property
     def missing(self) -> int:
@@ -85,6 +86,7 @@ async def run_load(
     start = now_ms()
     until_ms = int(start + duration_s * 1000)
     stoppers: list[Any] = []
+    notes: list[str] = []
     if side == "durability":
         handles = await _gather_bounded(
             [
@@ -139,6 +141,14 @@ async def run_load(
         )
 
         async def stop_native() -> None:
+            with contextlib.suppress(RPCError):
+                info = (await schedules[0].describe()).info
+                notes.append(
+                    f"native schedule {schedules[0].id}: {info.num_actions} actions, "
+                    f"{info.num_actions_missed_catchup_window} missed catch-up window, "
+                    f"{info.num_actions_skipped_overlap} skipped overlap"
+                )
+
             async def delete(handle: ScheduleHandle) -> None:
                 with contextlib.suppress(RPCError):
                     await handle.delete()
@@ -173,7 +183,9 @@ async def run_load(
     for stop in stoppers:
         await stop()
     await drain(client)
-    return collect(side, tag, keys, w0, w1)
+    result = collect(side, tag, keys, w0, w1)
+    result.notes = notes
+    return result
 
 
 async def drain(client: Client, timeout_s: float = 90.0) -> int:

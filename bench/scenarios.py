@@ -198,6 +198,8 @@ async def capacity(ctx: Ctx) -> None:
             )
             if ok:
                 best, best_n = res.runs_per_s, level
+            elif res.notes:
+                r.note(f"capacity {side} {level} failed; " + "; ".join(res.notes))
             if not ok:
                 break
         capacities[side] = best

@@ -1,0 +1,103 @@
+"""`python -m bench.chaos`: the long chaos run (issue 6), the fast one being tests/test_chaos.py.
+
+A 3-worker fleet of real `python worker.py` processes against its own file-backed dev server:
+20 schedules at `@every 1s` through HTTP webhooks and 500 ledger operations (with
+dependencies, over several ledgers and canvases) against one recording HTTP server, while a
+random worker is SIGKILLed every few seconds and started again, and the dev server is
+restarted once on the same database. Then it stops ticking, waits for every run to be
+acknowledged and every operation resolved, and prints, as a table, what the HTTP server and
+Temporal recorded: kills, restarts, runs, operations, and each violation count (all must be 0).
+Exit status 1 when any violation is found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.fleet import ChaosConfig, ChaosReport, run_chaos
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__)
+    parser.add_argument("--schedules", type=int, default=20, help="objects at @every 1s")
+    parser.add_argument("--operations", type=int, default=500, help="ledger operations")
+    parser.add_argument("--ledgers", type=int, default=10, help="ledgers they spread over")
+    parser.add_argument("--workers", type=int, default=3, help="worker processes")
+    parser.add_argument("--window", type=float, default=180.0, help="seconds of chaos")
+    parser.add_argument("--settle", type=float, default=240.0, help="max seconds to settle")
+    parser.add_argument("--seed", type=int, default=int(time.time()), help="random seed")
+    parser.add_argument("--keep", type=Path, help="keep the database and logs in this folder")
+    parser.add_argument("--quiet", action="store_true", help="only the table")
+    return parser.parse_args(argv)
+
+
+def table(report: ChaosReport) -> str:
+    config = report.config
+    rows: list[tuple[str, object]] = [
+        ("seed", config.seed),
+        ("window (s)", config.window_s),
+        ("elapsed (s)", f"{report.elapsed_s:.0f}"),
+        ("workers", config.workers),
+        ("worker SIGKILLs", report.kills),
+        ("workers that exited on their own", report.unexpected_worker_exits),
+        ("dev server restarts", report.server_restarts),
+        ("schedules", config.schedules),
+        ("runs (ScheduledRun workflows)", report.runs),
+        ("run webhook POSTs", report.run_posts),
+        ("runs complete", report.completed),
+        ("runs interrupted (ScheduledRunInterruptedError)", report.interrupted),
+        ("runs killed mid-flight (caller gone)", report.killed_mid_run),
+        (
+            "  reported as",
+            ", ".join(f"{n}: {c}" for n, c in report.killed_mid_run_names.items()) or "-",
+        ),
+        ("outcome POSTs (with retries)", report.outcome_posts),
+        ("outcomes dead-lettered", report.dead_lettered),
+        ("ledger operations", report.ops),
+        ("frozen requests", report.requests),
+        ("submits / queries", f"{report.submits} / {report.queries}"),
+    ]
+    rows += [(f"violations: {name}", count) for name, count in report.counts().items()]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"| {'figure':<{width}} | value |", f"|{'-' * (width + 2)}|-------|"]
+    lines += [f"| {name:<{width}} | {value} |" for name, value in rows]
+    return "\n".join(lines)
+
+
+async def main(args: argparse.Namespace) -> int:
+    config = ChaosConfig(
+        schedules=args.schedules,
+        operations=args.operations,
+        ledgers=args.ledgers,
+        workers=args.workers,
+        window_s=args.window,
+        settle_timeout_s=args.settle,
+        seed=args.seed,
+    )
+
+    def log(message: str) -> None:
+        if not args.quiet:
+            print(message, flush=True)
+
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        report = await run_chaos(config, args.keep, log)
+    else:
+        with tempfile.TemporaryDirectory(prefix="durability-chaos-") as tmp:
+            report = await run_chaos(config, Path(tmp), log)
+    print(report.summary_line())
+    print(table(report))
+    failures = report.failures()
+    if failures:
+        print(failures)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse_args())))
