@@ -5,6 +5,7 @@ as one remains (the `docker compose up --scale worker=3` topology, run locally).
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import time
 import uuid
@@ -17,7 +18,7 @@ from temporalio.client import Client
 
 from durability.client import DurabilityClient
 from tests.fleet import Recorder, WorkerFleet
-from tests.helpers import eventually
+from tests.helpers import eventually, temporal
 
 OPTIONS = {
     "run_activity": "run_webhook",
@@ -115,3 +116,107 @@ async def test_workers_share_the_work_and_ticking_survives_all_but_one(
     aborted_after_stop = survivor.returncode == -signal.SIGABRT and "PyGILState_Release" in log
     assert survivor.returncode == 0 or aborted_after_stop, (survivor.returncode, log[-2000:])
     assert fleet.kills == 2 and fleet.unexpected_exits == 0
+
+
+async def set_current_version(address: str, deployment: str, build_id: str) -> bool:
+    """`temporal worker deployment set-current-version` (fails until that build has polled)."""
+    result = await temporal(
+        address,
+        "worker",
+        "deployment",
+        "set-current-version",
+        "--deployment-name",
+        deployment,
+        "--build-id",
+        build_id,
+        "--yes",
+        check=False,
+    )
+    return result.returncode == 0
+
+
+async def workflow_build_id(address: str, workflow_id: str) -> tuple[str | None, str | None]:
+    """(versioning behavior, build ID) of a workflow, as `temporal workflow describe` shows."""
+    result = await temporal(
+        address, "workflow", "describe", "--workflow-id", workflow_id, "--output", "json"
+    )
+    info = json.loads(result.stdout).get("workflowExecutionInfo", {}).get("versioningInfo") or {}
+    version = info.get("deploymentVersion") or {}
+    return info.get("behavior"), version.get("buildId")
+
+
+@pytest.mark.timeout(170)
+async def test_rolling_upgrade_moves_running_schedules_to_the_new_build(
+    client: Client, dev_server_address: str, tmp_path: Path
+) -> None:
+    """The upgrade path of docs/upgrading.md: build v1 serves a ticking schedule; build v2
+    starts beside it and is made current; the schedule (AUTO_UPGRADE) moves to v2 on its next
+    workflow task, v1 is stopped, and ticking goes on without a run lost or run twice."""
+    recorder = Recorder(seed=5, slow_run_rate=0.0, outcome_fail_rate=0.0)
+    recorder.start()
+    queue = f"upgrade-{uuid.uuid4().hex[:8]}"
+    deployment = f"durability-{uuid.uuid4().hex[:6]}"
+    builds = {
+        build: WorkerFleet(
+            dev_server_address,
+            queue,
+            1,
+            tmp_path / build,
+            {"DURABILITY_DEPLOYMENT_NAME": deployment, "DURABILITY_BUILD_ID": build},
+        )
+        for build in ("v1", "v2")
+    }
+    durability = DurabilityClient(client, queue)
+    object_id = f"upgrade-{uuid.uuid4().hex[:6]}"
+    params = {"url": f"{recorder.base_url}/run", "outcome_url": f"{recorder.base_url}/outcome"}
+
+    def runs_since(moment: float) -> int:
+        with recorder.lock:
+            return sum(
+                1
+                for posts in recorder.runs.values()
+                for post in posts
+                if post.finished and post.received_at > moment
+            )
+
+    try:
+        for build, fleet in builds.items():
+            fleet.directory.mkdir()
+            if build == "v1":
+                fleet.start()
+        await eventually(
+            lambda: set_current_version(dev_server_address, deployment, "v1"), timeout=60
+        )
+        await durability.set_schedule(object_id, "@every 1s", 1, params=params, options=OPTIONS)
+        await eventually(lambda: runs_since(0.0) >= 3, timeout=30)
+        assert await workflow_build_id(dev_server_address, f"schedule:{object_id}") == (
+            "VERSIONING_BEHAVIOR_AUTO_UPGRADE",
+            "v1",
+        )
+
+        builds["v2"].start()
+        await eventually(
+            lambda: set_current_version(dev_server_address, deployment, "v2"), timeout=60
+        )
+
+        async def on_v2() -> bool:
+            found = await workflow_build_id(dev_server_address, f"schedule:{object_id}")
+            return found[1] == "v2"
+
+        await eventually(on_v2, timeout=30, interval=0.5)
+        await builds["v1"].stop()
+        stopped_at = time.time()
+        await eventually(lambda: runs_since(stopped_at) >= 3, timeout=30)
+        assert await durability.cancel_schedule(object_id) is True
+
+        async def acknowledged() -> bool:
+            return not await durability.list_runs(object_id)
+
+        await eventually(acknowledged, timeout=30, interval=0.5)
+        with recorder.lock:
+            assert all(len(posts) == 1 for posts in recorder.runs.values())
+            assert all(recorder.outcomes[key] for key in recorder.runs)
+    finally:
+        for fleet in builds.values():
+            await fleet.stop()
+        recorder.close()
