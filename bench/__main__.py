@@ -18,7 +18,7 @@ from pathlib import Path
 from bench import scenarios
 from bench.activities import RECORDER
 from bench.env import dev_server, load_product, worker
-from bench.machine import describe
+from bench.machine import describe, loadavg
 from bench.results import Results
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -49,6 +49,7 @@ async def main(args: argparse.Namespace) -> int:
     for note in product.notes:
         results.note(note)
     began = time.monotonic()
+    loads: list[str] = []
     try:
         async with dev_server(args.file_backed) as (env, server_desc):
             results.server = (
@@ -69,12 +70,14 @@ async def main(args: argparse.Namespace) -> int:
                 for name in chosen:
                     print(f"== {name}", flush=True)
                     t0 = time.monotonic()
+                    load_before = loadavg()
                     try:
                         await scenarios.SCENARIOS[name](ctx)
                     except Exception as error:  # report and go on with the other scenarios
                         logging.exception("scenario %s failed", name)
                         results.row(name, "error", f"{type(error).__name__}", str(error)[:300])
                     print(f"   ({time.monotonic() - t0:.0f} s)", flush=True)
+                    loads.append(f"{name} {load_before} -> {loadavg()}")
     finally:
         http_server.shutdown()
         await RECORDER.close()
@@ -85,6 +88,10 @@ async def main(args: argparse.Namespace) -> int:
         "are nearest-rank over the runs that started"
     )
     results.note(f"whole bench took {time.monotonic() - began:.0f} s")
+    results.note(
+        "load average (1/5/15 min) before -> after each scenario, on a 2-core machine where "
+        "anything else running skews the numbers: " + "; ".join(loads)
+    )
     name = "quick" if args.quick else "full"
     if args.scenario:
         name = "-".join(args.scenario) + ("-quick" if args.quick else "")

@@ -61,3 +61,11 @@ def describe() -> dict[str, str]:
         "temporalio": version("temporalio"),
         "temporal": _temporal_version(),
     }
+
+
+def loadavg() -> str:
+    """The 1/5/15-minute load averages: other work on the machine skews every number here."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
