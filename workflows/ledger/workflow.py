@@ -438,6 +438,8 @@ class OperationLedgerWorkflow:
                 try:
                     await child.cancel()
                 except FailureError as error:
+                    if is_cancelled_exception(error):
+                        raise
                     workflow.logger.info("request %s already closed: %s", request.id, error)
                 core.request_interrupted(self._state, request.id, "stopped", stopped=True)
         await workflow.wait_condition(lambda: not self._compiles and not self._children)
@@ -541,7 +543,9 @@ class FrozenRequestWorkflow:
                 next_action=step.next_action,
                 retry_at=step.retry_at,
             )
-            await self._tell(ledger, "request_progress", progress)
+            if not await self._tell(ledger, "request_progress", progress):
+                # The ledger completed (stop) and recorded this request as frozen: send no more.
+                return progress.model_dump(mode="json")
             await workflow.sleep(timedelta(milliseconds=step.delay_ms))
             action = step.next_action
         workflow.continue_as_new(
@@ -550,9 +554,13 @@ class FrozenRequestWorkflow:
 
     async def _tell(
         self, ledger: workflow.ExternalWorkflowHandle[Any], name: str, report: RequestReport
-    ) -> None:
+    ) -> bool:
+        """Signal the ledger; False when it is closed (stopped): nothing is left to report to."""
         try:
             await ledger.signal(name, report.model_dump(mode="json"))
         except FailureError as error:
-            # The ledger is gone (stopped); the report is still this workflow's result.
+            if is_cancelled_exception(error):
+                raise  # this request is being cancelled (stop): not a delivery problem
             workflow.logger.warning("cannot report %s to the ledger: %s", name, error)
+            return False
+        return True
