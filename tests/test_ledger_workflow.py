@@ -14,6 +14,7 @@ from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
@@ -575,3 +576,57 @@ async def test_stop_after_continue_as_new_cancels_requests_started_by_an_earlier
 
 async def _is_canceled(handle: WorkflowHandle[Any, Any]) -> bool:
     return (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+
+
+async def test_recovery_conflict_fails_the_ledger_before_anything_is_sent(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    def frozen(request_id: str, op_id: str) -> dict[str, Any]:
+        body = {"id": request_id, "canvas_ids": ["c1"], "operation_ids": [op_id]}
+        return {
+            "id": request_id,
+            "operation_ids": [op_id],
+            "operation_type": "shape.update",
+            "canvas_ids": ["c1"],
+            "body": body,
+            "phase": "frozen",
+        }
+
+    carried = {
+        "ledger_id": unique,
+        "operations": {
+            op_id: {"intent": intent(op_id, ["c1"]), "sequence": n, "phase": "dispatched"}
+            for n, op_id in enumerate(["a", "b"], start=1)
+        },
+        "requests": {"r1": frozen("r1", "a"), "r2": frozen("r2", "b")},
+    }
+    with recording_server() as server:
+        activities = ledger_activities(server.base_url)
+        async with ledger_worker(client, task_queue, activities):
+            handle = await start_ledger(
+                client, unique, task_queue, http_input(carried_state=carried)
+            )
+            with pytest.raises(WorkflowFailureError) as failed:
+                await handle.result()
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert cause.type == "LedgerRecoveryConflict"
+    assert "canvas 'c1' is claimed by unresolved requests 'r1' and 'r2'" in cause.message
+    assert server.received == []
+
+
+async def test_skip_is_validated_and_also_accepted_as_a_signal(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    async with ledger_worker(client, task_queue):
+        handle = await start_ledger(client, unique, task_queue, LedgerInput())
+        await enqueue(handle, intent("orphan", []), intent("child", ["c1"], ["orphan"]))
+        with pytest.raises(WorkflowUpdateFailedError) as rejected:
+            await handle.execute_update("skip", {"operation_id": "ghost"})
+        assert "operation_id 'ghost' is not known" in str(rejected.value.cause)
+        assert operations(await snapshot(handle))["orphan"]["blockers"] == ["missing_participants"]
+        await handle.signal("skip", {"operation_id": "orphan", "reason": "no canvas"})
+        snap = await settled(handle)
+    ops = operations(snap)
+    assert (ops["orphan"]["outcome"], ops["orphan"]["error"]) == ("skipped", "no canvas")
+    assert ops["child"]["outcome"] == "applied"  # dependents treat skipped as resolved
