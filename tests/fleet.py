@@ -500,6 +500,7 @@ class ChaosConfig:
     server_restart_at: float = 0.5  # fraction of the window
     settle_timeout_s: float = 90.0
     run_heartbeat_timeout_ms: int = 2000
+    slow_run_rate: float = 0.5  # share of runs the recorder answers after 0.3-1.5 s
     seed: int = 0
 
 
@@ -552,16 +553,24 @@ class ChaosReport:
 
 
 async def retrying(
-    call: Callable[[], Awaitable[T]], what: str, timeout: float = 120, attempt_s: float = 30
+    call: Callable[[], Awaitable[T]],
+    what: str,
+    timeout: float = 180,
+    attempt_s: float = 60,
+    log: Log = _quiet,
 ) -> T:
     """Retry a client call through server restarts and dead workers."""
     deadline = time.monotonic() + timeout
+    attempt = 0
     while True:
+        attempt += 1
         try:
             return await asyncio.wait_for(call(), attempt_s)
         except Exception as error:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{what} kept failing: {error!r}") from error
+            if attempt == 1 or attempt % 10 == 0:
+                log(f"{what}: attempt {attempt} failed ({error!r:.160}); retrying")
             await asyncio.sleep(0.5)
 
 
@@ -598,7 +607,7 @@ async def run_chaos(config: ChaosConfig, directory: Path, log: Log = _quiet) -> 
     began = time.monotonic()
     rng = random.Random(config.seed)
     report = ChaosReport(config=config)
-    recorder = Recorder(seed=config.seed)
+    recorder = Recorder(seed=config.seed, slow_run_rate=config.slow_run_rate)
     recorder.start()
     server = DevServer(directory)
     prefix = f"chaos{uuid.uuid4().hex[:6]}"
@@ -638,6 +647,7 @@ async def run_chaos(config: ChaosConfig, directory: Path, log: Log = _quiet) -> 
                         object_id, "@every 1s", 1, params=params, options=schedule_options
                     ),
                     f"set {object_id}",
+                    log=log,
                 )
                 for object_id in object_ids
             )
@@ -652,7 +662,7 @@ async def run_chaos(config: ChaosConfig, directory: Path, log: Log = _quiet) -> 
         }
         stop_chaos = asyncio.Event()
         feeding = asyncio.create_task(
-            _feed_ledgers(durability, plan, ledger_options, config.window_s * 0.6)
+            _feed_ledgers(durability, plan, ledger_options, config.window_s * 0.6, log)
         )
         chaos = asyncio.create_task(_chaos(config, rng, fleet, server, stop_chaos, log))
         await asyncio.sleep(config.window_s)
@@ -668,6 +678,7 @@ async def run_chaos(config: ChaosConfig, directory: Path, log: Log = _quiet) -> 
                         object_id
                     ),
                     f"cancel {object_id}",
+                    log=log,
                 )
                 for object_id in object_ids
             )
@@ -691,6 +702,7 @@ async def _feed_ledgers(
     plan: dict[str, list[Any]],
     options: dict[str, Any],
     over_s: float,
+    log: Log,
 ) -> None:
     """Enqueue the planned operations in batches of 5, spread over `over_s` seconds."""
     batches = [
@@ -706,7 +718,8 @@ async def _feed_ledgers(
                 ledger_id, ops, options=options
             ),
             f"enqueue into {ledger_id}",
-            timeout=180,
+            timeout=240,
+            log=log,
         )
         await asyncio.sleep(pause)
 
