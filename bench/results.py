@@ -64,7 +64,12 @@ class Results:
                 continue
             ordered = sorted(max(v, 0.5) for v in values)
             n = len(ordered)
-            ax.plot(ordered, [(i + 1) / n for i in range(n)], label=f"{name} (n={n})")
+            ax.plot(
+                ordered,
+                [(i + 1) / n for i in range(n)],
+                label=f"{name} (n={n})",
+                color=_color(name),
+            )
         ax.set_xscale("log")
         ax.set_xlabel("lateness, ms (log)")
         ax.set_ylabel("fraction of samples <= x")
@@ -75,7 +80,13 @@ class Results:
             ax2 = axes[0][1]
             for side, points in self.sweep.items():
                 xs = [p[0] for p in points]
-                ax2.plot(xs, [max(p[1], 1) for p in points], marker="o", label=side)
+                ax2.plot(
+                    xs,
+                    [max(p[1], 1) for p in points],
+                    marker="o",
+                    label=side,
+                    color=_color(side),
+                )
             ax2.axhline(1000, color="red", linestyle="--", linewidth=1, label="p99 = 1 s")
             ax2.set_yscale("log")
             ax2.set_xlabel("objects at 1 run/s each")
@@ -88,3 +99,16 @@ class Results:
         fig.savefig(path, dpi=100)
         plt.close(fig)
         return True
+
+
+def _color(name: str) -> str:
+    """One color per side across both panels."""
+    for key, color in (
+        ("timer", "tab:gray"),
+        ("chain", "tab:orange"),
+        ("durability", "tab:blue"),
+        ("native", "tab:red"),
+    ):
+        if key in name:
+            return color
+    return "tab:green"
