@@ -24,6 +24,7 @@ be deterministic (it runs inside workflow code), return ``None`` or an int stric
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -76,11 +77,17 @@ def _split_zone(expression: str) -> tuple[ZoneInfo | None, str]:
     if not text.startswith("CRON_TZ="):
         return None, text
     zone_name, _, rest = text[len("CRON_TZ=") :].partition(" ")
+    return _zone(zone_name), rest.strip()
+
+
+@functools.lru_cache(maxsize=256)
+def _zone(name: str) -> ZoneInfo:
+    # Our own cache of private instances: ZoneInfo's shared cache can hand back an instance
+    # that the workflow sandbox has wrapped, which datetime then rejects as a tzinfo.
     try:
-        zone = ZoneInfo(zone_name)
+        return ZoneInfo.no_cache(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"CRON_TZ names an unknown time zone, got {zone_name!r}") from None
-    return zone, rest.strip()
+        raise ValueError(f"CRON_TZ names an unknown time zone, got {name!r}") from None
 
 
 def _cron_fields(body: str) -> list[str]:
@@ -118,7 +125,7 @@ def next_occurrence(expression: str, after_ms: int) -> int | None:
     fields = _cron_fields(body)
     has_seconds = len(fields) == 6
     hour_field = fields[2] if has_seconds else fields[1]
-    zone = zone or ZoneInfo("UTC")
+    zone = zone or _zone("UTC")
     # Whole seconds: croniter's search is strictly after its start, so flooring keeps the
     # result strictly after after_ms.
     cursor = datetime.fromtimestamp(after_ms // 1000, tz=UTC)

@@ -1,0 +1,144 @@
+"""Long spans on the time-skipping test server: an hourly CRON_TZ schedule across a week with
+a daylight-saving change, and a day-long worker outage collapsing into one run."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from temporalio import activity
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from tests.helpers import eventually
+from workflows import search_attributes
+from workflows.schedule.workflow import DurabilityScheduleWorkflow, ScheduledRunWorkflow
+
+NEW_YORK = ZoneInfo("America/New_York")
+HOUR_MS = 3_600_000
+
+
+@pytest.fixture(autouse=True)
+async def registered_search_attributes(time_skipping_env: WorkflowEnvironment) -> None:
+    """The schedule upserts our search attributes; the test server needs them registered."""
+    request = AddSearchAttributesRequest(
+        namespace=time_skipping_env.client.namespace,
+        search_attributes={
+            key.name: IndexedValueType.Value(f"INDEXED_VALUE_TYPE_{key.indexed_value_type.name}")
+            for key in search_attributes.ALL
+        },
+    )
+    try:
+        await time_skipping_env.client.operator_service.add_search_attributes(request)
+    except RPCError as error:
+        if "already" not in str(error).lower():
+            raise
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.runs: list[dict[str, Any]] = []
+        self.outcomes: list[dict[str, Any]] = []
+
+    @activity.defn(name="run")
+    async def run(self, run: dict[str, Any]) -> None:
+        self.runs.append(run)
+
+    @activity.defn(name="on_outcome")
+    async def on_outcome(self, run: dict[str, Any], outcome: dict[str, Any]) -> None:
+        self.outcomes.append(run)
+
+
+def worker(env: WorkflowEnvironment, task_queue: str, recorder: Recorder) -> Worker:
+    return Worker(
+        env.client,
+        task_queue=task_queue,
+        workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
+        activities=[recorder.run, recorder.on_outcome],
+    )
+
+
+async def skip_to(env: WorkflowEnvironment, moment: datetime) -> None:
+    now = await env.get_current_time()
+    if moment > now:
+        await env.sleep(moment - now)
+
+
+async def test_hourly_cron_tz_across_a_week_with_a_spring_forward(
+    time_skipping_env: WorkflowEnvironment, task_queue: str, unique: str
+) -> None:
+    env = time_skipping_env
+    # The week around the next US spring-forward after the server's clock.
+    now = await env.get_current_time()
+    year = now.year + 1
+    march = [datetime(year, 3, day, tzinfo=NEW_YORK) for day in range(8, 15)]
+    change = next(d for d in march if d.weekday() == 6)  # second Sunday of March
+    start = (change - timedelta(days=3)).astimezone(UTC)
+    await skip_to(env, start)
+    recorder = Recorder()
+    async with worker(env, task_queue, recorder):
+        hourly = await env.client.start_workflow(
+            "DurabilitySchedule", {}, id=f"schedule:h-{unique}", task_queue=task_queue
+        )
+        await hourly.execute_update(
+            "set", {"expression": "CRON_TZ=America/New_York 0 * * * *", "version": 1}
+        )
+        began = await env.get_current_time()
+        for _ in range(7 * 24):  # hour by hour: one long sleep outlasts the RPC timeout
+            await env.sleep(timedelta(hours=1))
+        await eventually(lambda: not hourly_pending(recorder, began), timeout=60)
+        await hourly.execute_update("cancel", {})
+
+    hourly_times = sorted(
+        r["scheduled_time"] for r in recorder.runs if r["object_id"] == f"h-{unique}"
+    )
+    first = hourly_times[0]
+    assert len(hourly_times) == len(set(hourly_times))
+    # every real hour of the week once: no run lost or doubled by the 23-hour day
+    assert hourly_times == [first + i * HOUR_MS for i in range(len(hourly_times))]
+    assert len(hourly_times) >= 24 * 7 - 1
+    local = [datetime.fromtimestamp(t / 1000, NEW_YORK) for t in hourly_times]
+    assert all(moment.minute == 0 for moment in local)
+    on_change_day = [m for m in local if m.date() == change.date()]
+    assert [m.hour for m in on_change_day] == [0, 1, *range(3, 24)]
+    assert {m.utcoffset() for m in local} == {timedelta(hours=-5), timedelta(hours=-4)}
+
+    assert {r["scheduled_time"] for r in recorder.outcomes} == {
+        r["scheduled_time"] for r in recorder.runs
+    }
+
+
+def hourly_pending(recorder: Recorder, began: datetime) -> bool:
+    return len(recorder.outcomes) < len(recorder.runs)
+
+
+async def test_a_day_long_worker_outage_collapses_into_one_run_at_the_earliest_missed_hour(
+    time_skipping_env: WorkflowEnvironment, task_queue: str, unique: str
+) -> None:
+    env = time_skipping_env
+    recorder = Recorder()
+    async with worker(env, task_queue, recorder):
+        handle = await env.client.start_workflow(
+            "DurabilitySchedule", {}, id=f"schedule:{unique}", task_queue=task_queue
+        )
+        await handle.execute_update("set", {"expression": "@hourly", "version": 1})
+        await env.sleep(timedelta(hours=2))
+        await eventually(lambda: len(recorder.outcomes) >= 2)
+        missed_from = (await handle.query("get"))["next_at"]
+    await env.sleep(timedelta(days=1))
+    back_at = int((await env.get_current_time()).timestamp() * 1000)
+    async with worker(env, task_queue, recorder):
+        await eventually(lambda: any(r["scheduled_time"] >= missed_from for r in recorder.runs))
+        after = (await handle.query("get"))["next_at"]
+        await handle.execute_update("cancel", {})
+        await eventually(lambda: len(recorder.outcomes) == len(recorder.runs))
+
+    late = [r["scheduled_time"] for r in recorder.runs if r["scheduled_time"] >= missed_from]
+    assert late == [missed_from], "24 missed ticks collapse into the earliest one"
+    assert back_at - missed_from >= 23 * HOUR_MS
+    assert after > back_at - HOUR_MS and after % HOUR_MS == 0
