@@ -77,6 +77,13 @@ def _failure_message(error: BaseException) -> str:
     return str(cause) or type(cause).__name__
 
 
+def _raise_if_cancel_requested() -> None:
+    """A cancel that arrives while an operation completes anyway (a signal already delivered,
+    an activity already finished) is absorbed by that operation; stop here instead."""
+    if workflow.cancellation_reason() is not None:
+        raise asyncio.CancelledError("cancel requested")
+
+
 def _reject(error: Exception) -> ApplicationError:
     return ApplicationError(str(error), type=type(error).__name__, non_retryable=True)
 
@@ -522,6 +529,7 @@ class FrozenRequestWorkflow:
                 if is_cancelled_exception(error):
                     raise  # stopped: the loop ends here, not with a retry
                 raw = {"outcome": "unresolved", "error": f"transport: {_failure_message(error)}"}
+            _raise_if_cancel_requested()
             attempt += 1
             step = core.next_step(action, raw, attempt, input.retry, _now_ms())
             status = step.status.model_dump(mode="json", exclude_none=True)
@@ -546,6 +554,7 @@ class FrozenRequestWorkflow:
             if not await self._tell(ledger, "request_progress", progress):
                 # The ledger completed (stop) and recorded this request as frozen: send no more.
                 return progress.model_dump(mode="json")
+            _raise_if_cancel_requested()
             await workflow.sleep(timedelta(milliseconds=step.delay_ms))
             action = step.next_action
         workflow.continue_as_new(
