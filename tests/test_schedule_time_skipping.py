@@ -1,5 +1,6 @@
 """Long spans on the time-skipping test server: an hourly CRON_TZ schedule across a week with
-a daylight-saving change, and a day-long worker outage collapsing into one run."""
+a daylight-saving change. (A worker outage is tested on the dev server: the time-skipping
+server does not advance time while a workflow task waits for a missing worker.)"""
 
 from __future__ import annotations
 
@@ -88,10 +89,9 @@ async def test_hourly_cron_tz_across_a_week_with_a_spring_forward(
         await hourly.execute_update(
             "set", {"expression": "CRON_TZ=America/New_York 0 * * * *", "version": 1}
         )
-        began = await env.get_current_time()
         for _ in range(7 * 24):  # hour by hour: one long sleep outlasts the RPC timeout
             await env.sleep(timedelta(hours=1))
-        await eventually(lambda: not hourly_pending(recorder, began), timeout=60)
+        await eventually(lambda: len(recorder.outcomes) == len(recorder.runs), timeout=60)
         await hourly.execute_update("cancel", {})
 
     hourly_times = sorted(
@@ -115,30 +115,3 @@ async def test_hourly_cron_tz_across_a_week_with_a_spring_forward(
 
 def hourly_pending(recorder: Recorder, began: datetime) -> bool:
     return len(recorder.outcomes) < len(recorder.runs)
-
-
-async def test_a_day_long_worker_outage_collapses_into_one_run_at_the_earliest_missed_hour(
-    time_skipping_env: WorkflowEnvironment, task_queue: str, unique: str
-) -> None:
-    env = time_skipping_env
-    recorder = Recorder()
-    async with worker(env, task_queue, recorder):
-        handle = await env.client.start_workflow(
-            "DurabilitySchedule", {}, id=f"schedule:{unique}", task_queue=task_queue
-        )
-        await handle.execute_update("set", {"expression": "@hourly", "version": 1})
-        await env.sleep(timedelta(hours=2))
-        await eventually(lambda: len(recorder.outcomes) >= 2)
-        missed_from = (await handle.query("get"))["next_at"]
-    await env.sleep(timedelta(days=1))
-    back_at = int((await env.get_current_time()).timestamp() * 1000)
-    async with worker(env, task_queue, recorder):
-        await eventually(lambda: any(r["scheduled_time"] >= missed_from for r in recorder.runs))
-        after = (await handle.query("get"))["next_at"]
-        await handle.execute_update("cancel", {})
-        await eventually(lambda: len(recorder.outcomes) == len(recorder.runs))
-
-    late = [r["scheduled_time"] for r in recorder.runs if r["scheduled_time"] >= missed_from]
-    assert late == [missed_from], "24 missed ticks collapse into the earliest one"
-    assert back_at - missed_from >= 23 * HOUR_MS
-    assert after > back_at - HOUR_MS and after % HOUR_MS == 0
