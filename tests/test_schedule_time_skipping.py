@@ -111,7 +111,3 @@ async def test_hourly_cron_tz_across_a_week_with_a_spring_forward(
     assert {r["scheduled_time"] for r in recorder.outcomes} == {
         r["scheduled_time"] for r in recorder.runs
     }
-
-
-def hourly_pending(recorder: Recorder, began: datetime) -> bool:
-    return len(recorder.outcomes) < len(recorder.runs)
