@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         RunAcknowledged,
         RunError,
         RunSettled,
+        RunStatus,
         ScheduledRunInput,
         ScheduledRunObject,
         ScheduledRunResult,
@@ -342,14 +343,17 @@ class DurabilityScheduleWorkflow:
     @workflow.signal(name=RUN_SETTLED_SIGNAL)
     def run_settled(self, settled: RunSettled) -> None:
         """A run stopped: free its slot and start the next queued run."""
-        if self._core.settle(settled.scheduled_time, settled.outcome):
+        # Wake the loop only when a queued run can take the freed slot: every wake-up
+        # cancels and restarts the tick timer (two more history events).
+        if self._core.settle(settled.scheduled_time, settled.outcome) and any(
+            run.state == RunStatus.QUEUED for run in self._core.state.runs.values()
+        ):
             self._dirty = True
 
     @workflow.signal(name=RUN_ACKNOWLEDGED_SIGNAL)
     def run_acknowledged(self, acknowledged: RunAcknowledged) -> None:
         """A run's outcome was delivered (or dead-lettered): forget the run."""
-        if self._core.forget(acknowledged.scheduled_time):
-            self._dirty = True
+        self._core.forget(acknowledged.scheduled_time)
 
     @workflow.query(name="get")
     def get(self) -> dict[str, Any] | None:
