@@ -61,6 +61,7 @@ def table(report: ChaosReport) -> str:
         ("ledger operations", report.ops),
         ("frozen requests", report.requests),
         ("submits / queries", f"{report.submits} / {report.queries}"),
+        ("submits/queries cut by a kill (caller gone)", report.ledger_calls_cut),
     ]
     rows += [(f"violations: {name}", count) for name, count in report.counts().items()]
     width = max(len(name) for name, _ in rows)

@@ -398,6 +398,12 @@ class Recorder:
                     self.same_request_overlaps += 1
                 flying[request_id] += 1
 
+    def ledger_cut(self, gone: bool) -> None:
+        """Count a submit/query whose caller died while it was in flight."""
+        if gone:
+            with self.lock:
+                self.ledger_calls["cut"] += 1
+
     def ledger_leave(self, request_id: str, submit: bool) -> dict[str, Any]:
         """Decide the answer and leave the in-flight set."""
         with self.lock:
@@ -463,6 +469,7 @@ def _recorder_handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
                 request_id = str(json.loads(raw).get("id", ""))
                 recorder.ledger_enter(request_id, key, raw)
                 time.sleep(recorder.uniform(recorder.ledger_sleep_s))
+                recorder.ledger_cut(_client_gone(self.connection))
                 self._send(200, recorder.ledger_leave(request_id, submit=True))
             else:
                 self._send(404, {"error": self.path})
@@ -474,6 +481,7 @@ def _recorder_handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
             request_id = self.path.rsplit("/", 1)[-1]
             recorder.ledger_enter(request_id, self.headers.get("Idempotency-Key"), None)
             time.sleep(recorder.uniform(recorder.ledger_sleep_s))
+            recorder.ledger_cut(_client_gone(self.connection))
             self._send(200, recorder.ledger_leave(request_id, submit=False))
 
         def log_message(self, format: str, *args: Any) -> None:
@@ -522,6 +530,7 @@ class ChaosReport:
     requests: int = 0
     submits: int = 0
     queries: int = 0
+    ledger_calls_cut: int = 0
     same_request_overlaps: int = 0
     elapsed_s: float = 0.0
     violations: dict[str, list[str]] = field(default_factory=dict)
@@ -540,6 +549,7 @@ class ChaosReport:
             f"dead_lettered={self.dead_lettered}",
             f"ops={self.ops}",
             f"requests={self.requests}",
+            f"ledger_calls_cut={self.ledger_calls_cut}",
         ]
         figures += [f"{name}={count}" for name, count in self.counts().items()]
         return "chaos: " + " ".join(figures)
@@ -880,6 +890,7 @@ async def _check(
         violations["request_two_bodies"] = [f"{r}: {len(recorder.bodies[r])}" for r in two_bodies]
         report.submits = recorder.ledger_calls["submit"]
         report.queries = recorder.ledger_calls["query"]
+        report.ledger_calls_cut = recorder.ledger_calls["cut"]
         report.same_request_overlaps = recorder.same_request_overlaps
     report.runs = len(children)
     report.run_posts = sum(len(posts) for posts in runs.values())

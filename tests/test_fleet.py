@@ -220,3 +220,59 @@ async def test_rolling_upgrade_moves_running_schedules_to_the_new_build(
         for fleet in builds.values():
             await fleet.stop()
         recorder.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="product bug: ScheduledRun._execute reports ScheduledRunTimeoutError when the run "
+    "timer fires before the workflow task that sees the heartbeat timeout (S10)",
+)
+@pytest.mark.timeout(120)
+async def test_run_killed_mid_flight_is_interrupted_even_if_the_run_timer_fires_first(
+    client: Client, dev_server_address: str, tmp_path: Path
+) -> None:
+    """A worker dies mid-run; its run's heartbeat times out after 1 s, but the child's next
+    workflow task waits ~10 s for the dead worker's sticky queue, so the 3 s run timer has
+    fired too when the task runs. S10: the run is `ScheduledRunInterruptedError` all the same
+    (its heartbeat timed out first, as its history shows)."""
+    recorder = Recorder(seed=7, slow_run_rate=1.0, slow_run_s=(8.0, 8.0), outcome_fail_rate=0.0)
+    recorder.start()
+    queue = f"killed-{uuid.uuid4().hex[:8]}"
+    fleet = WorkerFleet(dev_server_address, queue, 1, tmp_path)
+    fleet.start()
+    durability = DurabilityClient(client, queue)
+    object_id = f"killed-{uuid.uuid4().hex[:6]}"
+    base = recorder.base_url
+    try:
+        await durability.set_schedule(
+            object_id,
+            "@every 1s",
+            1,
+            params={"url": f"{base}/run", "outcome_url": f"{base}/outcome"},
+            options={**OPTIONS, "run_timeout_ms": 3000, "run_heartbeat_timeout_ms": 1000},
+        )
+        await eventually(lambda: bool(recorder.runs), timeout=30)
+        await durability.cancel_schedule(object_id)
+        fleet.kill(0)  # the run's POST is still in the recorder's (8 s) handler
+        await asyncio.sleep(1.0)
+        fleet.revive()
+
+        async def acknowledged() -> bool:
+            return not await durability.list_runs(object_id)
+
+        await eventually(acknowledged, timeout=60, interval=0.5)
+        with recorder.lock:
+            cut = [key for key, posts in recorder.runs.items() if posts[0].client_gone]
+        assert cut
+        for key in cut:
+            handle = client.get_workflow_handle(f"schedule-run:{key}")
+            kinds = [event.event_type for event in (await handle.fetch_history()).events]
+            # The run activity's heartbeat timed out before the run timer fired.
+            assert kinds.index(EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT) < kinds.index(
+                EventType.EVENT_TYPE_TIMER_FIRED
+            )
+            result = await handle.result()
+            assert result["outcome"]["error"]["name"] == "ScheduledRunInterruptedError", result
+    finally:
+        await fleet.stop()
+        recorder.close()
