@@ -330,6 +330,32 @@ def test_blocked_status_keeps_claims_until_resume_relaunches_with_recorded_actio
     assert state.operations["a"].phase == "dispatched"
 
 
+def test_reports_from_an_earlier_loop_of_a_relaunched_request_are_ignored() -> None:
+    state = fresh(intent("a", ["c1"]))
+    config = LedgerConfig()
+    dispatch_all(state, config)
+
+    def report(phase: Any, outcome: str, launch: int, **status: Any) -> RequestReport:
+        return RequestReport(
+            request_id="r-a",
+            phase=phase,
+            status={"outcome": outcome, **status},
+            attempt=1,
+            next_action="submit",
+            launch=launch,
+        )
+
+    assert core.record_finished(state, report("blocked", "unresolved", 1, blocked=True))
+    core.resume(state, config)
+    core.mark_launched(state, "r-a")
+    # The first loop's result arrives late (its workflow closed after the relaunch).
+    assert not core.record_finished(state, report("blocked", "unresolved", 1, blocked=True))
+    assert not core.record_progress(state, report("in_flight", "accepted", 1))
+    assert state.requests["r-a"].phase == "in_flight"
+    assert core.record_finished(state, report("resolved", "applied", 2))
+    assert state.operations["a"].outcome == "applied"
+
+
 def test_hold_stops_planning_until_every_token_is_released() -> None:
     state = fresh(intent("a", ["c1"]))
     config = LedgerConfig()

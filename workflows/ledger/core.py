@@ -385,6 +385,7 @@ def mark_launched(state: LedgerState, request_id: str) -> RequestRecord:
     request = state.requests[request_id]
     request.phase = "in_flight"
     request.blocker = None
+    request.launch += 1
     for op_id in request.operation_ids:
         record = state.operations[op_id]
         record.phase = "dispatched"
@@ -454,7 +455,7 @@ def next_step(
 def record_progress(state: LedgerState, report: RequestReport) -> bool:
     """A non-final attempt of an in-flight request: keep attempt/retry_at/next action."""
     request = state.requests.get(report.request_id)
-    if request is None or request.phase != "in_flight":
+    if request is None or request.phase != "in_flight" or _stale(request, report):
         return False
     request.attempt = report.attempt
     request.retry_at = report.retry_at
@@ -466,7 +467,7 @@ def record_progress(state: LedgerState, report: RequestReport) -> bool:
 def record_finished(state: LedgerState, report: RequestReport) -> bool:
     """A request's loop ended: resolved (L9) releases claims; blocked (L10) keeps them."""
     request = state.requests.get(report.request_id)
-    if request is None or request.phase in ("resolved", "blocked"):
+    if request is None or request.phase in ("resolved", "blocked") or _stale(request, report):
         return False
     request.attempt = report.attempt
     request.retry_action = report.next_action
@@ -654,6 +655,11 @@ def settled(state: LedgerState) -> bool:
 
 
 # ---------------------------------------------------------------- internals
+
+
+def _stale(request: RequestRecord, report: RequestReport) -> bool:
+    """A report from an earlier loop of a request that was since relaunched (resume)."""
+    return report.launch is not None and report.launch != request.launch
 
 
 def _block_operation(record: OperationRecord, blockers: list[str], error: str) -> None:

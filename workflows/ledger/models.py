@@ -145,6 +145,8 @@ class RequestRecord(BaseModel):
     retry_action: RequestAction = "submit"
     last_status: dict[str, Any] | None = None
     blocker: str | None = None
+    # How many times its loop was started; reports from an earlier loop are ignored.
+    launch: int = 1
 
 
 class LedgerState(BaseModel):
@@ -178,6 +180,7 @@ class FrozenRequestInput(BaseModel):
     request: dict[str, Any]
     next_action: RequestAction = "submit"
     attempt: int = 0
+    launch: int = 1
     not_before: int | None = None
     submit_activity: str = "submit"
     query_activity: str = "query"
@@ -195,3 +198,4 @@ class RequestReport(BaseModel):
     attempt: int
     next_action: RequestAction
     retry_at: int | None = None
+    launch: int | None = None

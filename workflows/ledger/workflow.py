@@ -216,6 +216,7 @@ class OperationLedgerWorkflow:
                 request=request.body,
                 next_action=request.retry_action,
                 attempt=request.attempt,
+                launch=request.launch,
                 not_before=request.retry_at,
                 submit_activity=self._config.submit_activity,
                 query_activity=self._config.query_activity,
@@ -235,6 +236,8 @@ class OperationLedgerWorkflow:
             try:
                 result = await handle
             except ChildWorkflowError as error:
+                if self._children.get(request_id) is not me:
+                    return  # an earlier loop of a request relaunched since (resume)
                 # Cancelled: only `stop` cancels a request. Failed: blocked until resume.
                 cancelled = is_cancelled_exception(error)
                 reason = "stopped" if cancelled else f"request_workflow_failed: {error.cause}"
@@ -540,6 +543,7 @@ class FrozenRequestWorkflow:
                     status=status,
                     attempt=attempt,
                     next_action=step.next_action,
+                    launch=input.launch,
                 )
                 await self._tell(ledger, "request_finished", report)
                 return report.model_dump(mode="json")
@@ -550,6 +554,7 @@ class FrozenRequestWorkflow:
                 attempt=attempt,
                 next_action=step.next_action,
                 retry_at=step.retry_at,
+                launch=input.launch,
             )
             if not await self._tell(ledger, "request_progress", progress):
                 # The ledger completed (stop) and recorded this request as frozen: send no more.
