@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
@@ -319,5 +320,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def entrypoint() -> None:
+    """Console-script entry: run, flush, and leave without interpreter finalization.
+
+    Temporal's Rust core keeps threads that may call into Python while the interpreter
+    finalizes, which can abort a short-lived process after its work is done; the CLI's
+    output is already written, so it exits directly with its code.
+    """
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entrypoint()
