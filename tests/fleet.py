@@ -509,6 +509,7 @@ class ChaosConfig:
     settle_timeout_s: float = 90.0
     run_heartbeat_timeout_ms: int = 2000
     slow_run_rate: float = 0.5  # share of runs the recorder answers after 0.3-1.5 s
+    ledger_sleep_s: tuple[float, float] = (0.2, 1.0)  # each submit/query stays in flight
     seed: int = 0
 
 
@@ -617,7 +618,11 @@ async def run_chaos(config: ChaosConfig, directory: Path, log: Log = _quiet) -> 
     began = time.monotonic()
     rng = random.Random(config.seed)
     report = ChaosReport(config=config)
-    recorder = Recorder(seed=config.seed, slow_run_rate=config.slow_run_rate)
+    recorder = Recorder(
+        seed=config.seed,
+        slow_run_rate=config.slow_run_rate,
+        ledger_sleep_s=config.ledger_sleep_s,
+    )
     recorder.start()
     server = DevServer(directory)
     prefix = f"chaos{uuid.uuid4().hex[:6]}"
@@ -672,7 +677,7 @@ async def run_chaos(config: ChaosConfig, directory: Path, log: Log = _quiet) -> 
         }
         stop_chaos = asyncio.Event()
         feeding = asyncio.create_task(
-            _feed_ledgers(durability, plan, ledger_options, config.window_s * 0.6, log)
+            _feed_ledgers(durability, plan, ledger_options, config.window_s * 0.85, log)
         )
         chaos = asyncio.create_task(_chaos(config, rng, fleet, server, stop_chaos, log))
         await asyncio.sleep(config.window_s)
