@@ -48,6 +48,15 @@ async def main(args: argparse.Namespace) -> int:
     product = load_product(ledger_url)
     for note in product.notes:
         results.note(note)
+    name = "quick" if args.quick else "full"
+    if args.scenario:
+        name = "-".join(args.scenario) + ("-quick" if args.quick else "")
+    if args.file_backed:
+        name += "-file"
+    stamp = time.strftime("%Y-%m-%d", time.gmtime())
+    title = f"durability bench: {name}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    partial = args.out / f"{name}-{stamp}.partial.md"
     began = time.monotonic()
     loads: list[str] = []
     try:
@@ -78,6 +87,7 @@ async def main(args: argparse.Namespace) -> int:
                         results.row(name, "error", f"{type(error).__name__}", str(error)[:300])
                     print(f"   ({time.monotonic() - t0:.0f} s)", flush=True)
                     loads.append(f"{name} {load_before} -> {loadavg()}")
+                    partial.write_text(results.markdown(f"{title} (partial: up to {name})"))
     finally:
         http_server.shutdown()
         await RECORDER.close()
@@ -92,18 +102,11 @@ async def main(args: argparse.Namespace) -> int:
         "load average (1/5/15 min) before -> after each scenario, on a 2-core machine where "
         "anything else running skews the numbers: " + "; ".join(loads)
     )
-    name = "quick" if args.quick else "full"
-    if args.scenario:
-        name = "-".join(args.scenario) + ("-quick" if args.quick else "")
-    if args.file_backed:
-        name += "-file"
-    stamp = time.strftime("%Y-%m-%d", time.gmtime())
-    title = f"durability bench: {name}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     table = results.markdown(title)
     print()
     print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{name}-{stamp}.md").write_text(table)
+    partial.unlink(missing_ok=True)
     if results.series or results.sweep:
         results.chart(args.out / f"{name}-{stamp}.png", title)
     print(f"wrote {args.out / f'{name}-{stamp}.md'}", flush=True)
