@@ -27,7 +27,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from durability.connect import ConfigurationError, connect, task_queue
-from durability.registry import all_workflows, builtin_activities
+from durability.registry import all_workflows, builtin_activities, workflow_runner
 
 log = logging.getLogger("durability.worker")
 
@@ -108,6 +108,7 @@ async def run_worker(env: Mapping[str, str] | None = None) -> None:
         task_queue=queue,
         workflows=all_workflows(),
         activities=list(builtin_activities()),
+        workflow_runner=workflow_runner(),
         graceful_shutdown_timeout=timedelta(seconds=drain),
         deployment_config=deployment,
     )

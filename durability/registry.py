@@ -5,6 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+# Our own packages are deterministic at import time, so the sandbox passes them through
+# instead of re-importing them for every workflow run (that re-import cost ~40% of worker
+# CPU with many short child workflows). The sandbox's runtime checks still apply.
+PASSTHROUGH_PACKAGES = ("workflows", "activities", "durability", "pydantic", "croniter", "dateutil")
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandboxed runner every worker uses."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_PACKAGES)
+    )
+
 
 def all_workflows() -> list[type]:
     """Workflow classes registered on every worker."""

@@ -15,7 +15,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from durability.devserver import temporal_cli
-from durability.registry import all_workflows, builtin_activities
+from durability.registry import all_workflows, builtin_activities, workflow_runner
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,6 +28,7 @@ async def running_worker(
     **worker_options: Any,
 ) -> AsyncIterator[Worker]:
     """An in-process worker with every workflow and the given (default: built-in) activities."""
+    worker_options.setdefault("workflow_runner", workflow_runner())
     worker = Worker(
         client,
         task_queue=task_queue,
