@@ -76,18 +76,18 @@ async def main(args: argparse.Namespace) -> int:
                     results=results,
                     ledger_url=ledger_url,
                 )
-                for name in chosen:
-                    print(f"== {name}", flush=True)
+                for scenario in chosen:
+                    print(f"== {scenario}", flush=True)
                     t0 = time.monotonic()
                     load_before = loadavg()
                     try:
-                        await scenarios.SCENARIOS[name](ctx)
+                        await scenarios.SCENARIOS[scenario](ctx)
                     except Exception as error:  # report and go on with the other scenarios
-                        logging.exception("scenario %s failed", name)
-                        results.row(name, "error", f"{type(error).__name__}", str(error)[:300])
+                        logging.exception("scenario %s failed", scenario)
+                        results.row(scenario, "error", f"{type(error).__name__}", str(error)[:300])
                     print(f"   ({time.monotonic() - t0:.0f} s)", flush=True)
-                    loads.append(f"{name} {load_before} -> {loadavg()}")
-                    partial.write_text(results.markdown(f"{title} (partial: up to {name})"))
+                    loads.append(f"{scenario} {load_before} -> {loadavg()}")
+                    partial.write_text(results.markdown(f"{title} (partial: up to {scenario})"))
     finally:
         http_server.shutdown()
         await RECORDER.close()

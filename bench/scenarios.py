@@ -759,4 +759,6 @@ SCENARIOS = {
     "scale": scale,
     "history": history_day,
 }
-QUICK = ["floors", "schedule", "capacity", "ledger", "cost", "history", "scale"]
+# history first: on the time-skipping server it stalled when run after the dev-server loads
+# (cause not found yet; it runs in ~25 s on its own), scale last: it leaves the worker busy.
+QUICK = ["history", "floors", "schedule", "capacity", "ledger", "cost", "scale"]
