@@ -143,4 +143,11 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Temporal's Rust core keeps threads that can call into Python while the interpreter
+    # finalizes and abort it (sdk-python#300), turning a clean drain into SIGABRT. The drain
+    # is over and logs are flushed, so leave directly with the real exit code.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
