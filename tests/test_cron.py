@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from workflows.schedule.cron import next_occurrence, parse_every, validate
 
 
-def ms(*args: int) -> int:
-    return int(datetime(*args, tzinfo=UTC).timestamp() * 1000)  # type: ignore[misc]
+def ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> int:
+    return int(datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp() * 1000)
 
 
 def iso(value: int | None) -> str | None:

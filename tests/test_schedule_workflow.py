@@ -74,8 +74,7 @@ class Recorder:
 
     def delivered(self) -> list[tuple[dict[str, Any], dict[str, Any], int]]:
         """Outcome calls that succeeded (the last attempt of each run that returned)."""
-        failures = lambda run: run["params"].get("outcome_failures", 0)  # noqa: E731
-        return [o for o in self.outcomes if o[2] > failures(o[0])]
+        return [o for o in self.outcomes if o[2] > o[0]["params"].get("outcome_failures", 0)]
 
 
 @asynccontextmanager
@@ -104,8 +103,7 @@ async def start_schedule(
 
 
 async def set_schedule(handle: WorkflowHandle[Any, Any], **payload: Any) -> bool:
-    applied = await handle.execute_update("set", payload, result_type=bool)
-    return applied
+    return bool(await handle.execute_update("set", payload, result_type=bool))
 
 
 async def runs_of(handle: WorkflowHandle[Any, Any]) -> list[dict[str, Any]]:
