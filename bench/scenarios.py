@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 import threading
 import time
@@ -153,7 +154,7 @@ async def schedule(ctx: Ctx) -> None:
             "schedule",
             "ratio durability p99 / chain floor p99",
             fmt_ratio(ratio),
-            "goal <= 1.5: " + ("MET" if ratio <= 1.5 else "MISSED"),
+            "goal <= 1.5: " + _verdict(ratio, ratio <= 1.5),
         )
         r.values["schedule_ratio"] = ratio
     else:
@@ -172,6 +173,19 @@ async def schedule(ctx: Ctx) -> None:
 
 
 # ---------------------------------------------------------------- capacity
+
+
+def _verdict(ratio: float, met: bool) -> str:
+    if math.isnan(ratio):
+        return "n/a (not measurable in this run)"
+    return "MET" if met else "MISSED"
+
+
+def _capacity_ratio(ours: float, theirs: float) -> float:
+    """Capacity ratio; undefined (nan, shown as `-` and not MET) when neither side passed."""
+    if theirs:
+        return ours / theirs
+    return float("inf") if ours else float("nan")
 
 
 def _passes(res: LoadResult, p99: float) -> bool:
@@ -215,20 +229,20 @@ async def capacity(ctx: Ctx) -> None:
     if "durability" in capacities:
         d = capacities["durability"]
         if "native" in capacities:
-            ratio = d / capacities["native"] if capacities["native"] else float("inf")
+            ratio = _capacity_ratio(d, capacities["native"])
             r.row(
                 "capacity",
                 "durability / native capacity",
                 fmt_ratio(ratio),
-                "goal >= 1.0: " + ("MET" if ratio >= 1.0 else "MISSED"),
+                "goal >= 1.0: " + _verdict(ratio, ratio >= 1.0),
             )
         if "chain" in capacities:
-            ratio = d / capacities["chain"] if capacities["chain"] else float("inf")
+            ratio = _capacity_ratio(d, capacities["chain"])
             r.row(
                 "capacity",
                 "durability / raw chain capacity",
                 fmt_ratio(ratio),
-                "goal >= 0.8: " + ("MET" if ratio >= 0.8 else "MISSED"),
+                "goal >= 0.8: " + _verdict(ratio, ratio >= 0.8),
             )
     r.note(
         "capacity levels stop at the first level that fails; the resolution is the level "
@@ -395,7 +409,7 @@ async def ledger(ctx: Ctx) -> None:
         "ledger",
         "ratio ops/s / raw 32-in-flight activity rate",
         fmt_ratio(ratio),
-        "goal >= 0.33: " + ("MET" if ratio >= 0.33 else "MISSED"),
+        "goal >= 0.33: " + _verdict(ratio, ratio >= 0.33),
     )
     r.values["ledger_rate"] = rate
     # Cost per operation, from the ledger's and its requests' histories.
@@ -737,7 +751,7 @@ async def history_day(ctx: Ctx) -> None:
                     "scale",
                     f"history after a simulated day, @every {interval} ({wid[-1]})",
                     f"{len(runs)} runs, max {max(lengths)} events/run, current {lengths[-1]}",
-                    f"{ticks} ticks in 24 h simulated on the time-skipping server in "
+                    f"{ticks} ticks in {simulated} simulated on the time-skipping server in "
                     f"{time.monotonic() - t0:.0f} s; continue-as-new bounds each run",
                 )
             r.row(
