@@ -220,11 +220,6 @@ async def test_rolling_upgrade_moves_running_schedules_to_the_new_build(
         recorder.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: ScheduledRun._execute reports ScheduledRunTimeoutError when the run "
-    "timer fires before the workflow task that sees the heartbeat timeout (S10)",
-)
 @pytest.mark.timeout(120)
 async def test_run_killed_mid_flight_is_interrupted_even_if_the_run_timer_fires_first(
     client: Client, dev_server_address: str, tmp_path: Path

@@ -435,7 +435,10 @@ class ScheduledRunWorkflow:
                 timeout_summary="run timeout",
             )
         except TimeoutError:
-            timed_out = True
+            # When the run timer and the activity's own end (e.g. a heartbeat timeout after
+            # its worker died) land in one workflow task, the activity's end is the truth:
+            # a killed run is interrupted (S10), not timed out. No command changes here.
+            timed_out = not handle.done()
         except asyncio.CancelledError:
             cancelled = True
         if not handle.done():
