@@ -75,6 +75,7 @@ async def test_schedule_page_shows_its_summary_and_child_runs(
                 await page.screenshot(path=str(SCREENSHOT))
                 await page.get_by_text("User Metadata").first.click()
                 metadata = await body_containing(page, f"schedule {object_id}")
+                details = await body_containing(page, "Next tick:")
                 await page.get_by_text("Relationships").first.click()
                 relationships = await body_containing(page, f"schedule-run:{object_id}:")
             finally:
@@ -82,6 +83,7 @@ async def test_schedule_page_shows_its_summary_and_child_runs(
         assert "DurabilitySchedule" in timeline
         assert re.search(rf"run \d{{4}}-\d\d-\d\dT[\d:.]+\+00:00 of {object_id}", timeline)
         assert f"schedule {object_id}" in metadata
+        assert "@every 1s" in details and "version 1" in details
         assert f"schedule-run:{object_id}:" in relationships
         await durability.cancel_schedule(object_id)
         await asyncio.sleep(0)

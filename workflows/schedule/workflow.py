@@ -189,7 +189,9 @@ class DurabilityScheduleWorkflow:
                 await workflow.wait_condition(
                     lambda: self._dirty or self._should_continue_as_new(),
                     timeout=timeout,
-                    timeout_summary="next tick",
+                    timeout_summary="next tick"
+                    if wake_at is None
+                    else f"next tick {_iso(wake_at)}",
                 )
         await workflow.wait_condition(
             lambda: (
@@ -277,6 +279,21 @@ class DurabilityScheduleWorkflow:
         if updates:
             workflow.upsert_search_attributes(updates)
         self._published = wanted
+        workflow.set_current_details(self._details(wake_at))
+
+    def _details(self, wake_at: int | None) -> str:
+        """Markdown for the UI's "Current Details": the live schedule and its runs."""
+        stored = self._core.state.schedule
+        if stored is None or stored.expression is None:
+            head = "No live schedule (never set, or cancelled)."
+        else:
+            head = (
+                f"`{stored.expression}` version {stored.version}, jitter {stored.jitter_ms} ms  \n"
+                f"Next tick: {'none' if wake_at is None else _iso(wake_at)}"
+            )
+        states = [run.state.value for run in self._core.state.runs.values()]
+        counts = ", ".join(f"{states.count(s)} {s}" for s in sorted(set(states))) or "none"
+        return f"{head}  \nRuns awaiting acknowledgement: {counts}"
 
     # --- messages ---
 
