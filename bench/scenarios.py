@@ -154,7 +154,9 @@ async def schedule(ctx: Ctx) -> None:
             "schedule",
             "ratio durability p99 / chain floor p99",
             fmt_ratio(ratio),
-            "goal <= 1.5: " + _verdict(ratio, ratio <= 1.5),
+            "goal <= 1.5: "
+            + _verdict(ratio, ratio <= 1.5 and d.missing == 0)
+            + (f" ({d.missing} ticks collapsed/missing)" if d.missing else ""),
         )
         r.values["schedule_ratio"] = ratio
     else:
