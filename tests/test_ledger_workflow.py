@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -438,6 +439,38 @@ async def test_continue_as_new_keeps_in_flight_requests_and_their_bodies(
             "GET",
             "GET",
         ]
+
+
+async def test_continue_as_new_lets_attempts_in_flight_report_first(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """History due while submits are mid-attempt: the ledger waits (bounded) for them to report
+    before continuing as new, so Temporal never refuses the continue-as-new (a failed workflow
+    task, then a full replay), and nothing is lost or sent twice."""
+
+    def slow_applied(_method: str, _request_id: str, _count: int) -> Answer:
+        time.sleep(0.2)
+        return 200, {}, {"outcome": "applied"}
+
+    graph = [intent(f"op{n}", [f"c{n % 3}"]) for n in range(9)]
+    with recording_server(slow_applied) as server:
+        activities = ledger_activities(server.base_url)
+        async with ledger_worker(client, task_queue, activities):
+            config = http_input(concurrency=3, continue_as_new_after_events=30)
+            handle = await start_ledger(client, unique, task_queue, config)
+            first_run = handle.result_run_id
+            await enqueue(handle, *graph)
+            snap = await settled(handle, timeout=60)
+            await record_history(client, handle.id, "continue_as_new_quiet", first_run)
+    first = client.get_workflow_handle(handle.id, run_id=first_run)
+    assert (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
+    kinds = [e.WhichOneof("attributes") async for e in first.fetch_history_events()]
+    assert "marker_recorded_event_attributes" in kinds  # the quiet wait ran (patch marker)
+    assert "workflow_task_failed_event_attributes" not in kinds
+    assert {o["outcome"] for o in snap["operations"]} == {"applied"}
+    assert server.violations == []
+    for request in snap["requests"]:
+        assert [r.method for r in server.sent(request["id"])] == ["POST"]
 
 
 async def test_bad_enqueue_is_rejected_naming_the_field_and_bad_signals_are_dropped(
