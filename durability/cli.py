@@ -86,6 +86,42 @@ async def schedule_cancel(client: DurabilityClient, args: argparse.Namespace) ->
     return {"live": await client.cancel_schedule(args.object_id, args.version)}
 
 
+async def schedule_pause(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return {"paused": await client.pause_schedule(args.object_id)}
+
+
+async def schedule_unpause(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return {"unpaused": await client.unpause_schedule(args.object_id)}
+
+
+async def schedule_trigger(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return {"scheduled_time": await client.trigger_schedule(args.object_id)}
+
+
+async def schedule_backfill(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    times = await client.backfill_schedule(args.object_id, args.start, args.end)
+    return {"recorded": times}
+
+
+def epoch_ms(option: str) -> Callable[[str], int]:
+    """Parse epoch milliseconds or an ISO 8601 time (UTC when no offset is given)."""
+
+    def parse(text: str) -> int:
+        if text.isdigit():
+            return int(text)
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{option} must be epoch ms or ISO 8601, got {text!r}"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return int(moment.timestamp() * 1000)
+
+    return parse
+
+
 async def schedule_get(client: DurabilityClient, args: argparse.Namespace) -> Any:
     return await client.get_schedule(args.object_id)
 
@@ -235,10 +271,19 @@ def build_parser() -> argparse.ArgumentParser:
     for name, run, show, text in (
         ("get", schedule_get, show_schedule, "the stored schedule"),
         ("runs", schedule_runs, show_runs, "runs not yet acknowledged"),
+        ("pause", schedule_pause, show_fields, "stop ticks (recorded runs go on)"),
+        ("unpause", schedule_unpause, show_fields, "tick again from now"),
+        ("trigger", schedule_trigger, show_fields, "record a run now"),
     ):
         cmd = schedule.add_parser(name, help=text)
         cmd.add_argument("object_id")
         cmd.set_defaults(run=run, show=show)
+
+    cmd = schedule.add_parser("backfill", help="record runs for a past range [start, end)")
+    cmd.add_argument("object_id")
+    cmd.add_argument("--start", type=epoch_ms("--start"), required=True)
+    cmd.add_argument("--end", type=epoch_ms("--end"), required=True)
+    cmd.set_defaults(run=schedule_backfill, show=show_fields)
 
     ledger = top.add_parser("ledger", help="durable operation ledgers").add_subparsers(
         dest="command", required=True

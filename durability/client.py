@@ -238,6 +238,31 @@ class DurabilityClient:
             "cancel", {} if version is None else {"version": version}
         )
 
+    async def pause_schedule(self, object_id: str) -> bool:
+        """Stop ticks until unpaused; returns whether it was running. Versions are untouched."""
+        return bool(await self._update(schedule_workflow_id(object_id), "pause", {}, bool))
+
+    async def unpause_schedule(self, object_id: str) -> bool:
+        """Tick again from now (ticks missed while paused are skipped)."""
+        return bool(await self._update(schedule_workflow_id(object_id), "unpause", {}, bool))
+
+    async def trigger_schedule(self, object_id: str) -> int:
+        """Record a run now, outside the expression; returns its scheduled_time (epoch ms)."""
+        scheduled_time: int = await self._update(
+            schedule_workflow_id(object_id), "trigger", {}, int
+        )
+        return scheduled_time
+
+    async def backfill_schedule(self, object_id: str, start_at: int, end_at: int) -> list[int]:
+        """Record runs for the expression's occurrences in [start_at, end_at) (epoch ms)."""
+        times: list[int] = await self._update(
+            schedule_workflow_id(object_id),
+            "backfill",
+            {"start_at": start_at, "end_at": end_at},
+            list,
+        )
+        return times
+
     async def get_schedule(self, object_id: str) -> ScheduleView | None:
         result: ScheduleView | None = await self._query(schedule_workflow_id(object_id), "get")
         return result

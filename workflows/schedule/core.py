@@ -66,6 +66,26 @@ class ScheduleState(BaseModel):
     schedule: StoredSchedule | None = None
     runs: dict[int, Run] = Field(default_factory=dict)
     dropped_signals: int = 0
+    # `pause`/`unpause` (beyond the seed): while paused no tick fires; versions are untouched.
+    paused: bool = False
+
+
+MAX_BACKFILL_RUNS = 100
+
+
+def parse_backfill(raw: object, now_ms: int) -> tuple[int, int]:
+    """Validate `backfill {"start_at", "end_at"}`: a past range [start_at, end_at)."""
+    payload = _object("backfill", raw)
+    unknown = sorted(set(payload) - {"start_at", "end_at"})
+    if unknown:
+        raise InvalidRequest(f"backfill has unknown field(s) {unknown}")
+    start_at = _integer("backfill.start_at", payload.get("start_at"), MAX_SAFE_INTEGER)
+    end_at = _integer("backfill.end_at", payload.get("end_at"), MAX_SAFE_INTEGER)
+    if end_at <= start_at:
+        raise InvalidRequest(f"backfill.end_at must be after start_at, got {end_at} <= {start_at}")
+    if end_at > now_ms:
+        raise InvalidRequest(f"backfill.end_at must not be in the future, got {end_at} > {now_ms}")
+    return start_at, end_at
 
 
 def _integer(name: str, value: object, maximum: int) -> int:
@@ -202,12 +222,82 @@ class ScheduleCore:
     def next_wake_at(self) -> int | None:
         """When the next tick fires (`next_at + jitter_ms`), or None."""
         stored = self.state.schedule
-        if stored is None or stored.expression is None or stored.next_at is None:
+        if (
+            self.state.paused
+            or stored is None
+            or stored.expression is None
+            or stored.next_at is None
+        ):
             return None
         return stored.next_at + stored.jitter_ms
 
+    def pause(self) -> bool:
+        """Stop ticks until `unpause`; runs already recorded go on. Returns whether it changed."""
+        changed = not self.state.paused
+        self.state.paused = True
+        return changed
+
+    def unpause(self, now_ms: int) -> bool:
+        """Resume ticking from now: ticks missed while paused are skipped, not collapsed."""
+        if not self.state.paused:
+            return False
+        self.state.paused = False
+        stored = self.state.schedule
+        if stored is not None and stored.expression is not None:
+            stored.next_at = checked_next(self.next_occurrence, stored.expression, now_ms)
+        return True
+
+    def trigger(self, now_ms: int) -> Run:
+        """Record a run at `now_ms` outside the expression (paused or not); it queues like a tick.
+
+        Raises InvalidRequest when no schedule is live (there are no params to run with)."""
+        stored = self.state.schedule
+        if stored is None or stored.expression is None:
+            raise InvalidRequest("trigger needs a live schedule: none is set, or it was cancelled")
+        existing = self.state.runs.get(now_ms)
+        if existing is not None:
+            return existing
+        run = Run(scheduled_time=now_ms, due_at=now_ms, params=stored.params)
+        self.state.runs[now_ms] = run
+        return run
+
+    def backfill_times(self, start_at: int, end_at: int) -> list[int]:
+        """Occurrences of the live expression in [start_at, end_at), at most MAX_BACKFILL_RUNS."""
+        stored = self.state.schedule
+        if stored is None or stored.expression is None:
+            raise InvalidRequest("backfill needs a live schedule: none is set, or it was cancelled")
+        times: list[int] = []
+        cursor = checked_next(self.next_occurrence, stored.expression, start_at - 1)
+        while cursor is not None and cursor < end_at:
+            if len(times) == MAX_BACKFILL_RUNS:
+                raise InvalidRequest(
+                    f"backfill [{start_at}, {end_at}) covers more than {MAX_BACKFILL_RUNS} "
+                    "occurrences; split it"
+                )
+            times.append(cursor)
+            cursor = checked_next(self.next_occurrence, stored.expression, cursor)
+        return times
+
+    def backfill(self, start_at: int, end_at: int) -> list[Run]:
+        """Record a queued run for each occurrence in [start_at, end_at) not already recorded.
+
+        A time that already ran and was acknowledged is recorded again here, but its child
+        workflow ID rejects the duplicate start, so it still runs at most once (S6)."""
+        stored = self.state.schedule
+        recorded: list[Run] = []
+        for time in self.backfill_times(start_at, end_at):
+            if time in self.state.runs:
+                continue
+            assert stored is not None
+            run = Run(scheduled_time=time, due_at=time + stored.jitter_ms, params=stored.params)
+            self.state.runs[time] = run
+            recorded.append(run)
+        return recorded
+
     def tick(self, now_ms: int) -> Run | None:
         """Fire the tick if due: record its run and advance `next_at` in one step."""
+        if self.state.paused:
+            return None
         stored = self.state.schedule
         fires_at = self.next_wake_at()
         if stored is None or stored.expression is None or fires_at is None or fires_at > now_ms:

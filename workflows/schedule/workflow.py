@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         Run,
         ScheduleCore,
         ScheduleState,
+        parse_backfill,
         parse_cancel,
         parse_set,
     )
@@ -291,6 +292,8 @@ class DurabilityScheduleWorkflow:
                 f"`{stored.expression}` version {stored.version}, jitter {stored.jitter_ms} ms  \n"
                 f"Next tick: {'none' if wake_at is None else _iso(wake_at)}"
             )
+        if self._core.state.paused:
+            head = f"**Paused.** {head}"
         states = [run.state.value for run in self._core.state.runs.values()]
         counts = ", ".join(f"{states.count(s)} {s}" for s in sorted(set(states))) or "none"
         return f"{head}  \nRuns awaiting acknowledgement: {counts}"
@@ -371,6 +374,61 @@ class DurabilityScheduleWorkflow:
     def run_acknowledged(self, acknowledged: RunAcknowledged) -> None:
         """A run's outcome was delivered (or dead-lettered): forget the run."""
         self._core.forget(acknowledged.scheduled_time)
+
+    # --- pause, trigger, backfill (beyond the seed; what native Schedules users expect) ---
+
+    @workflow.update(name="pause")
+    def pause(self, raw: Any = None) -> bool:
+        """Stop ticks (runs already recorded go on); returns whether it was running."""
+        self._dirty = True
+        return self._core.pause()
+
+    @workflow.update(name="unpause")
+    def unpause(self, raw: Any = None) -> bool:
+        """Tick again from now; ticks missed while paused are skipped. Returns whether paused."""
+        self._dirty = True
+        return self._core.unpause(_now_ms())
+
+    @workflow.update(name="trigger")
+    def trigger(self, raw: Any = None) -> int:
+        """Record a run now, outside the expression; returns its scheduled_time."""
+        now = _now_ms()
+        run = self._core.trigger(now)
+        self._emit_recorded([run], now)
+        return run.scheduled_time
+
+    @trigger.validator
+    def validate_trigger(self, raw: Any = None) -> None:
+        """Reject a trigger with no live schedule."""
+        stored = self._core.state.schedule
+        if stored is None or stored.expression is None:
+            raise InvalidRequest("trigger needs a live schedule: none is set, or it was cancelled")
+
+    @workflow.update(name="backfill")
+    def backfill(self, raw: Any = None) -> list[int]:
+        """Record runs for the occurrences in a past range; returns their scheduled times."""
+        now = _now_ms()
+        start_at, end_at = parse_backfill(raw, now)
+        runs = self._core.backfill(start_at, end_at)
+        self._emit_recorded(runs, now)
+        return [run.scheduled_time for run in runs]
+
+    @backfill.validator
+    def validate_backfill(self, raw: Any = None) -> None:
+        """Reject a malformed, future or too large range before anything is recorded."""
+        start_at, end_at = parse_backfill(raw, _now_ms())
+        self._core.backfill_times(start_at, end_at)
+
+    def _emit_recorded(self, runs: list[Run], now: int) -> None:
+        queued = self._core.running_count() >= self._core.max_concurrent_runs
+        for run in runs:
+            self._emit(run, "due", now, queued=queued)
+        self._dirty = True
+
+    @workflow.query(name="paused")
+    def paused(self) -> bool:
+        """Whether ticks are paused (not part of the seed's wire contract)."""
+        return self._core.state.paused
 
     @workflow.query(name="get")
     def get(self) -> dict[str, Any] | None:
