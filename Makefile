@@ -34,7 +34,9 @@ pytest: $(STAMP) browser
 
 test: lint typecheck pytest
 
+# Side-by-side benchmarks (durability vs native Schedules and the server's floors); see bench/README.md.
 bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) -m bench
 
 clean:
