@@ -37,6 +37,7 @@ from workflows.schedule.models import (
     RunError,
     ScheduledRunObject,
     lifecycle_event,
+    lifecycle_span_attributes,
 )
 
 log = logging.getLogger("durability.schedule")
@@ -71,13 +72,7 @@ def _wall_ms() -> int:
 
 def emit_lifecycle(event: dict[str, Any]) -> None:
     """Record a lifecycle event from activity code: a span event and a log line."""
-    attributes: dict[str, str | int | bool] = {}
-    for key, value in event.items():
-        if isinstance(value, dict):
-            for inner_key, inner in value.items():
-                attributes[f"durability.{key}.{inner_key}"] = str(inner)
-        elif isinstance(value, str | int | bool):
-            attributes[f"durability.{key}"] = value
+    attributes = lifecycle_span_attributes(event)
     trace.get_current_span().add_event(f"durability.scheduled_run.{event['type']}", attributes)
     lifecycle_log.info("%s", json.dumps(event, sort_keys=True))
 

@@ -172,3 +172,15 @@ def lifecycle_event(
         "type": event_type,
         **fields,
     }
+
+
+def lifecycle_span_attributes(event: dict[str, Any]) -> dict[str, str | int | bool]:
+    """A lifecycle event flattened into OpenTelemetry attributes (`durability.<field>`)."""
+    attributes: dict[str, str | int | bool] = {}
+    for key, value in event.items():
+        if isinstance(value, dict):
+            for inner_key, inner in value.items():
+                attributes[f"durability.{key}.{inner_key}"] = str(inner)
+        elif isinstance(value, str | int | bool):
+            attributes[f"durability.{key}"] = value
+    return attributes

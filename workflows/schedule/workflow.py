@@ -67,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
         ScheduleInput,
         idempotency_key,
         lifecycle_event,
+        lifecycle_span_attributes,
         run_workflow_id,
     )
 
@@ -97,13 +98,7 @@ def _record_span(event: dict[str, Any]) -> None:
     """Record a lifecycle event as an OpenTelemetry span (never on replay)."""
     if workflow.unsafe.is_replaying() or TracingWorkflowInboundInterceptor._from_context() is None:
         return
-    attributes: dict[str, str | int | bool] = {}
-    for key, value in event.items():
-        if isinstance(value, dict):
-            for inner_key, inner in value.items():
-                attributes[f"durability.{key}.{inner_key}"] = str(inner)
-        elif isinstance(value, str | int | bool):
-            attributes[f"durability.{key}"] = value
+    attributes = lifecycle_span_attributes(event)
     completed_span(f"durability.scheduled_run.{event['type']}", attributes=attributes)
 
 
