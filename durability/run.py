@@ -25,7 +25,7 @@ UI_PORT = int(os.environ.get("DURABILITY_UI_PORT", "8233"))
 DEMO = (
     "temporal workflow signal-with-start --workflow-id schedule:acct-42 "
     "--type DurabilitySchedule --task-queue durability --input '{}' "
-    "--signal set --signal-input "
+    "--signal-name set --signal-input "
     """'{"expression": "@every 10s", "version": 1, "params": {"plan": "pro"}}'"""
 )
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import signal
 import sys
 
 import pytest
 
+from durability.run import DEMO
 from tests.helpers import PROJECT_ROOT, eventually, run_command, subprocess_env, temporal
 
 
@@ -136,6 +138,32 @@ async def test_workflow_started_with_temporal_cli_runs_on_the_worker_process(
             started[0]["childWorkflowExecutionStartedEventAttributes"]["workflowType"]["name"]
             == "ScheduledRun"
         )
+    finally:
+        await temporal(
+            dev_server_address, "workflow", "terminate", "--workflow-id", workflow_id, check=False
+        )
+        returncode, output = await stop_worker(process)
+    assert returncode == 0, output
+
+
+async def test_the_demo_line_printed_by_make_run_sets_a_schedule(
+    dev_server_address: str, task_queue: str, unique: str
+) -> None:
+    """`make run` prints a copy-paste signal-with-start line; it must really work."""
+    argv = shlex.split(DEMO)
+    assert argv[:3] == ["temporal", "workflow", "signal-with-start"]
+    workflow_id = f"schedule:demo-{unique}"
+    argv[argv.index("--workflow-id") + 1] = workflow_id
+    argv[argv.index("--task-queue") + 1] = task_queue
+    process = await start_worker_process(dev_server_address, task_queue)
+    try:
+        await temporal(dev_server_address, *argv[1:])
+        queried = await temporal(
+            dev_server_address, "workflow", "query", "--workflow-id", workflow_id, "--name", "get",
+            "--output", "json",
+        )  # fmt: skip
+        result = json.loads(queried.stdout)["queryResult"][0]
+        assert result["expression"] == "@every 10s" and result["params"] == {"plan": "pro"}
     finally:
         await temporal(
             dev_server_address, "workflow", "terminate", "--workflow-id", workflow_id, check=False
