@@ -20,6 +20,7 @@ from bench.activities import BENCH_ACTIVITIES
 from bench.workflows import BENCH_WORKFLOWS
 from durability.connect import data_converter
 from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli
+from durability.registry import workflow_runner
 from workflows import search_attributes
 
 
@@ -98,6 +99,7 @@ async def worker(
             workflows=[*product.workflows, *BENCH_WORKFLOWS],
             activities=[*product.activities, *bench_activities],
             activity_executor=executor,
+            workflow_runner=workflow_runner(),
             max_concurrent_workflow_tasks=200,
             max_concurrent_activities=500,
             max_cached_workflows=12_000,
