@@ -68,11 +68,10 @@ CHILD_START_TRIES = 60
 QUIET_BEFORE_CONTINUE = timedelta(seconds=1)
 QUIET_BEFORE_CONTINUE_PATCH = "ledger-quiet-before-continue-as-new"
 
-# Both workflows run outside the SDK's import sandbox (`sandboxed=False`). The sandbox re-imports
-# (and, without bytecode caches, recompiles) this module for every new workflow instance: one
-# per frozen request, ~28 ms of the worker's event loop each, which was 40-50% of the worker's
-# CPU in the ledger bench. The workflows touch nothing but `workflow.*`, the pure core and
-# pydantic models; determinism is checked by replaying recorded histories (test_ledger_replay).
+# Register these workflows with `durability.registry.workflow_runner()` (worker.py and the bench
+# do): without our packages passed through, the sandbox re-imports (and, without bytecode
+# caches, recompiles) this module for every new workflow instance, one per frozen request,
+# ~28 ms of the worker's event loop each: 40-50% of the worker's CPU in the ledger bench.
 
 
 def _now_ms() -> int:
@@ -98,7 +97,7 @@ def _reject(error: Exception) -> ApplicationError:
     return ApplicationError(str(error), type=type(error).__name__, non_retryable=True)
 
 
-@workflow.defn(name=LEDGER_WORKFLOW, sandboxed=False)  # see above
+@workflow.defn(name=LEDGER_WORKFLOW)
 class OperationLedgerWorkflow:
     """One ledger per `ledger_id` (L1): records intents and drives them to frozen requests."""
 
@@ -539,7 +538,7 @@ class OperationLedgerWorkflow:
         return dict(self._state.claims)
 
 
-@workflow.defn(name=FROZEN_REQUEST_WORKFLOW, sandboxed=False)  # see above
+@workflow.defn(name=FROZEN_REQUEST_WORKFLOW)
 class FrozenRequestWorkflow:
     """Submit, then query, one frozen request until it resolves or blocks (L7-L10).
 
