@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
+import os
+import sys
+import urllib.request
 from pathlib import Path
 
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 
-from tests.helpers import durability_cli, eventually, running_worker
+from durability.codec import EncryptionCodec
+from tests.helpers import PROJECT_ROOT, durability_cli, eventually, running_worker, subprocess_env
 
 
 async def test_schedule_commands_set_get_runs_cancel(
@@ -166,3 +173,80 @@ async def test_ledger_commands_enqueue_snapshot_claims_hold_release_resume_stop(
         assert "operations" in final and "requests" in final
         result = await client.get_workflow_handle(f"ledger:{ledger_id}").result()
         assert result is not None
+
+
+async def test_signal_variants_set_cancel_and_enqueue_by_signal_with_start(
+    client: Client, dev_server_address: str, task_queue: str, unique: str, tmp_path: Path
+) -> None:
+    object_id, ledger_id = f"cli-sig-{unique}", f"cli-sig-{unique}"
+    cli = ("--task-queue", task_queue, "--json")
+    operations = tmp_path / "ops.json"
+    operations.write_text(json.dumps([{"id": "op-1", "operation_type": "run.cancel"}]))
+    async with running_worker(client, task_queue):
+        sent = await durability_cli(
+            dev_server_address, *cli, "schedule", "set", object_id, "@every 1h", "--version", "4",
+            "--signal",
+        )  # fmt: skip
+        assert json.loads(sent.stdout) == {"signalled": True}
+
+        async def version() -> int | None:
+            got = await durability_cli(dev_server_address, *cli, "schedule", "get", object_id)
+            view = json.loads(got.stdout)
+            return None if view is None else int(view["version"])
+
+        assert await eventually(version) == 4
+        await durability_cli(dev_server_address, *cli, "schedule", "cancel", object_id, "--signal")
+
+        async def cancelled() -> bool:
+            return await version() is None
+
+        await eventually(cancelled)
+
+        enqueued = await durability_cli(
+            dev_server_address, *cli, "ledger", "enqueue", ledger_id, "--file", str(operations),
+            "--signal",
+        )  # fmt: skip
+        assert json.loads(enqueued.stdout) == {"signalled": True}
+
+        async def resolved() -> bool:
+            shown = await durability_cli(dev_server_address, *cli, "ledger", "snapshot", ledger_id)
+            ops = json.loads(shown.stdout)["operations"]
+            ops = ops.values() if isinstance(ops, dict) else ops
+            return [op["phase"] for op in ops] == ["resolved"]
+
+        await eventually(resolved, timeout=30)
+    for workflow_id in (f"schedule:{object_id}", f"ledger:{ledger_id}"):
+        await client.get_workflow_handle(workflow_id).terminate("test done")
+
+
+async def test_codec_server_command_decodes_for_the_ui(dev_server_address: str) -> None:
+    """`durability codec-server` as a subprocess: refuses without a key, decodes with one."""
+    missing = await durability_cli(dev_server_address, "codec-server", "--port", "0", check=False)
+    assert missing.returncode == 2 and "DURABILITY_ENCRYPTION_KEY is not set" in missing.stderr
+
+    key = os.urandom(32)
+    env = subprocess_env(
+        dev_server_address, DURABILITY_ENCRYPTION_KEY=base64.b64encode(key).decode()
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "durability.cli", "codec-server", "--port", "0",
+        env=env, stdout=asyncio.subprocess.PIPE, cwd=PROJECT_ROOT,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = (await asyncio.wait_for(process.stdout.readline(), 20)).decode()
+        url = line.strip().rsplit(" ", 1)[-1]
+        encoded = await EncryptionCodec(key).encode(
+            [Payload(metadata={"encoding": b"json/plain"}, data=b'"hello"')]
+        )
+        body = json.dumps(
+            {"payloads": [{"metadata": {k: base64.b64encode(v).decode() for k, v in
+                                        encoded[0].metadata.items()},
+                           "data": base64.b64encode(encoded[0].data).decode()}]}
+        ).encode()  # fmt: skip
+        request = urllib.request.Request(f"{url}/decode", data=body, method="POST")
+        answer = await asyncio.to_thread(lambda: json.loads(urllib.request.urlopen(request).read()))
+        assert base64.b64decode(answer["payloads"][0]["data"]) == b'"hello"'
+    finally:
+        process.terminate()
+        await process.wait()
