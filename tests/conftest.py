@@ -7,6 +7,8 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -52,6 +54,19 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     environment = await WorkflowEnvironment.start_time_skipping(
         data_converter=data_converter(),
         test_server_existing_path=test_server(),
+    )
+    # The workflows upsert our search attributes; unlike start_local, the test server
+    # has no option to pre-register them.
+    await environment.client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace=environment.client.namespace,
+            search_attributes={
+                key.name: IndexedValueType.Value(
+                    f"INDEXED_VALUE_TYPE_{key.indexed_value_type.name}"
+                )
+                for key in search_attributes.ALL
+            },
+        )
     )
     try:
         yield environment

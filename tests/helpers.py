@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.worker import Replayer, Worker
 
+from durability.connect import data_converter
 from durability.devserver import temporal_cli
 from durability.registry import all_workflows, builtin_activities, workflow_runner
 
@@ -105,3 +107,14 @@ async def eventually(check: Callable[[], Any], timeout: float = 20.0, interval: 
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"condition not met within {timeout}s (last value {last!r})")
         await asyncio.sleep(interval)
+
+
+def production_replayer(workflows: Sequence[type]) -> Replayer:
+    """A replayer configured as worker.py's workers are: converter, tracing, sandbox runner."""
+    return Replayer(
+        workflows=workflows,
+        data_converter=data_converter(),
+        # Workers get the tracing interceptor from their client; the replayer has none.
+        interceptors=[TracingInterceptor()],
+        workflow_runner=workflow_runner(),
+    )

@@ -11,10 +11,8 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.opentelemetry import TracingInterceptor
-from temporalio.worker import Replayer
 
-from durability.connect import data_converter
+from tests.helpers import production_replayer
 from workflows.ledger.workflow import FrozenRequestWorkflow, OperationLedgerWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("ledger_*.json"))
@@ -28,10 +26,6 @@ def test_histories_are_recorded() -> None:
 async def test_recorded_history_replays(path: Path) -> None:
     recorded = json.loads(path.read_text())
     history = WorkflowHistory.from_json(recorded["workflow_id"], recorded["history"])
-    replayer = Replayer(
-        workflows=[OperationLedgerWorkflow, FrozenRequestWorkflow],
-        data_converter=data_converter(),
-        interceptors=[TracingInterceptor()],  # as the worker gets it from the client
-    )
+    replayer = production_replayer([OperationLedgerWorkflow, FrozenRequestWorkflow])
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None

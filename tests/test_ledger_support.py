@@ -18,6 +18,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 from activities.ledger import ledger_activities
+from durability.registry import workflow_runner
 from workflows.ledger.workflow import FrozenRequestWorkflow, OperationLedgerWorkflow
 
 Answer = tuple[int, dict[str, str], Any]
@@ -158,6 +159,7 @@ async def ledger_worker(
         client,
         task_queue=task_queue,
         workflows=[OperationLedgerWorkflow, FrozenRequestWorkflow],
+        workflow_runner=workflow_runner(),
         activities=activities if activities is not None else ledger_activities(base_url),
     )
     async with worker:

@@ -21,6 +21,7 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
 from activities.schedule import ScheduleActivities, schedule_activities
+from durability.registry import workflow_runner
 from tests.helpers import eventually
 from workflows.schedule.models import Outcome, ScheduledRunObject
 from workflows.schedule.workflow import DurabilityScheduleWorkflow, ScheduledRunWorkflow
@@ -81,6 +82,7 @@ async def test_a_schedule_on_the_webhook_activities_posts_runs_and_outcomes_with
         client,
         task_queue=task_queue,
         workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
+        workflow_runner=workflow_runner(),
         activities=schedule_activities(),
     ):
         handle = await client.start_workflow(

@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Worker
 
 from activities.schedule import schedule_activities
 from durability.connect import data_converter
 from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli
+from durability.registry import workflow_runner
+from tests.helpers import production_replayer
 from workflows import search_attributes
 from workflows.schedule.workflow import DurabilityScheduleWorkflow, ScheduledRunWorkflow
 
@@ -29,10 +31,7 @@ SCHEDULE_HISTORIES = sorted(HISTORIES.glob("schedule_*.json"))
 async def test_recorded_history_replays_without_nondeterminism(path: Path) -> None:
     recorded = json.loads(path.read_text())
     history = WorkflowHistory.from_json(recorded["workflow_id"], recorded["history"])
-    replayer = Replayer(
-        workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
-        data_converter=data_converter(),
-    )
+    replayer = production_replayer([DurabilityScheduleWorkflow, ScheduledRunWorkflow])
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
 
@@ -52,6 +51,7 @@ async def record(client: Client) -> None:
         task_queue=task_queue,
         workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
         activities=schedule_activities(),
+        workflow_runner=workflow_runner(),
     ):
         handle = await client.start_workflow(
             "DurabilitySchedule",

@@ -8,37 +8,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import pytest
 from temporalio import activity
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
-from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from durability.registry import workflow_runner
 from tests.helpers import eventually
-from workflows import search_attributes
 from workflows.schedule.workflow import DurabilityScheduleWorkflow, ScheduledRunWorkflow
 
 NEW_YORK = ZoneInfo("America/New_York")
 HOUR_MS = 3_600_000
-
-
-@pytest.fixture(autouse=True)
-async def registered_search_attributes(time_skipping_env: WorkflowEnvironment) -> None:
-    """The schedule upserts our search attributes; the test server needs them registered."""
-    request = AddSearchAttributesRequest(
-        namespace=time_skipping_env.client.namespace,
-        search_attributes={
-            key.name: IndexedValueType.Value(f"INDEXED_VALUE_TYPE_{key.indexed_value_type.name}")
-            for key in search_attributes.ALL
-        },
-    )
-    try:
-        await time_skipping_env.client.operator_service.add_search_attributes(request)
-    except RPCError as error:
-        if "already" not in str(error).lower():
-            raise
 
 
 class Recorder:
@@ -61,6 +40,7 @@ def worker(env: WorkflowEnvironment, task_queue: str, recorder: Recorder) -> Wor
         task_queue=task_queue,
         workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
         activities=[recorder.run, recorder.on_outcome],
+        workflow_runner=workflow_runner(),
     )
 
 

@@ -18,6 +18,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
+from durability.registry import workflow_runner
 from tests.helpers import eventually, temporal
 from workflows import search_attributes
 from workflows.schedule.workflow import DurabilityScheduleWorkflow, ScheduledRunWorkflow
@@ -87,6 +88,7 @@ async def schedule_worker(
         task_queue=task_queue,
         workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
         activities=[recorder.run, recorder.on_outcome, recorder.lifecycle],
+        workflow_runner=workflow_runner(),
     ) as worker:
         yield worker
 
