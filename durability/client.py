@@ -10,7 +10,8 @@ of SPEC.md), so what it does can also be done with the `temporal` CLI or any SDK
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, TypedDict
 
 from temporalio.client import (
@@ -111,6 +112,21 @@ def _rejection_message(error: WorkflowUpdateFailedError) -> str:
     return str(cause or error)
 
 
+@contextmanager
+def _user_errors(workflow_id: str, message: str) -> Iterator[None]:
+    """Turn a rejected update into RejectedError and a missing workflow into NotFoundError."""
+    try:
+        yield
+    except WorkflowUpdateFailedError as error:
+        raise RejectedError(
+            _rejection_message(error), update=message, workflow_id=workflow_id
+        ) from error
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            raise NotFoundError(f"no workflow {workflow_id!r}") from error
+        raise
+
+
 class DurabilityClient:
     """Schedules and ledgers by business ID: `acct-42`, not `schedule:acct-42`."""
 
@@ -145,39 +161,21 @@ class DurabilityClient:
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=summary_for(workflow_id),
         )
-        try:
+        with _user_errors(workflow_id, update):
             return await self.temporal.execute_update_with_start_workflow(
                 update, payload, start_workflow_operation=operation, result_type=result_type
             )
-        except WorkflowUpdateFailedError as error:
-            raise RejectedError(
-                _rejection_message(error), update=update, workflow_id=workflow_id
-            ) from error
 
     async def _update(
         self, workflow_id: str, update: str, payload: Any, result_type: type | None = None
     ) -> Any:
         handle = self.temporal.get_workflow_handle(workflow_id)
-        try:
-            if payload is None:
-                return await handle.execute_update(update, result_type=result_type)
+        with _user_errors(workflow_id, update):
             return await handle.execute_update(update, payload, result_type=result_type)
-        except WorkflowUpdateFailedError as error:
-            raise RejectedError(
-                _rejection_message(error), update=update, workflow_id=workflow_id
-            ) from error
-        except RPCError as error:
-            if error.status == RPCStatusCode.NOT_FOUND:
-                raise NotFoundError(f"no workflow {workflow_id!r}") from error
-            raise
 
     async def _query(self, workflow_id: str, query: str) -> Any:
-        try:
+        with _user_errors(workflow_id, query):
             return await self.temporal.get_workflow_handle(workflow_id).query(query)
-        except RPCError as error:
-            if error.status == RPCStatusCode.NOT_FOUND:
-                raise NotFoundError(f"no workflow {workflow_id!r}") from error
-            raise
 
     async def set_schedule(
         self,
