@@ -7,14 +7,16 @@ from typing import Any
 
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-# Our own packages are deterministic at import time, so the sandbox passes them through
-# instead of re-importing them for every workflow run (that re-import cost ~40% of worker
-# CPU with many short child workflows). The sandbox's runtime checks still apply.
+# The product's own four workflows are defined with `sandboxed=False` (see
+# `workflows/__init__.py`), so this runner serves users' workflows registered next to them.
+# Our packages are deterministic at import time, so the sandbox passes them through instead
+# of re-importing them for every run (that re-import cost ~40% of worker CPU with many short
+# child workflows). The sandbox's runtime checks still apply to users' code.
 PASSTHROUGH_PACKAGES = ("workflows", "activities", "durability", "pydantic", "croniter", "dateutil")
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:
-    """The sandboxed runner every worker uses."""
+    """The sandboxed runner every worker uses for workflows that do not opt out."""
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_PACKAGES)
     )

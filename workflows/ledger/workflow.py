@@ -34,6 +34,7 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
+    from workflows import SANDBOXED
     from workflows.ledger import (
         FROZEN_REQUEST_WORKFLOW,
         LEDGER_ID_PREFIX,
@@ -97,7 +98,7 @@ def _reject(error: Exception) -> ApplicationError:
     return ApplicationError(str(error), type=type(error).__name__, non_retryable=True)
 
 
-@workflow.defn(name=LEDGER_WORKFLOW)
+@workflow.defn(name=LEDGER_WORKFLOW, sandboxed=SANDBOXED)
 class OperationLedgerWorkflow:
     """One ledger per `ledger_id` (L1): records intents and drives them to frozen requests."""
 
@@ -538,7 +539,7 @@ class OperationLedgerWorkflow:
         return dict(self._state.claims)
 
 
-@workflow.defn(name=FROZEN_REQUEST_WORKFLOW)
+@workflow.defn(name=FROZEN_REQUEST_WORKFLOW, sandboxed=SANDBOXED)
 class FrozenRequestWorkflow:
     """Submit, then query, one frozen request until it resolves or blocks (L7-L10).
 

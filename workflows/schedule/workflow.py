@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.opentelemetry import TracingWorkflowInboundInterceptor
     from temporalio.contrib.opentelemetry.workflow import completed_span
 
-    from workflows import search_attributes
+    from workflows import SANDBOXED, search_attributes
     from workflows.schedule import cron
     from workflows.schedule.core import (
         InvalidRequest,
@@ -135,7 +135,7 @@ class _Lifecycle:
         await workflow.wait_condition(lambda: not self.tasks)
 
 
-@workflow.defn(name="DurabilitySchedule")
+@workflow.defn(name="DurabilitySchedule", sandboxed=SANDBOXED)
 class DurabilityScheduleWorkflow:
     """One object's recurring schedule (S1-S8, S13): never completes on its own."""
 
@@ -441,7 +441,7 @@ class DurabilityScheduleWorkflow:
         return self._core.state.dropped_signals
 
 
-@workflow.defn(name="ScheduledRun")
+@workflow.defn(name="ScheduledRun", sandboxed=SANDBOXED)
 class ScheduledRunWorkflow:
     """One run: call the run activity once, report to the schedule, deliver the outcome."""
 
