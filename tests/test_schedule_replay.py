@@ -1,6 +1,12 @@
 """Replay committed histories of DurabilitySchedule and ScheduledRun (S14): a change to the
-workflow code that breaks determinism fails here. Re-record after an intentional, patched
-change with `python -m tests.test_schedule_replay` (starts its own dev server)."""
+workflow code that breaks determinism fails here. After an intentional, patched change,
+record the new code's histories next to the old ones with
+`python -m tests.test_schedule_replay _<suffix>` (starts its own dev server).
+
+- `schedule_parent.json`, `schedule_run.json`: before any patch (acknowledgement by signal,
+  `DurabilityNextTickAt` upserted on every tick).
+- `schedule_parent_ack_by_completion.json`, `schedule_run_ack_by_completion.json`: with the
+  `schedule-ack-by-completion` and `schedule-next-tick-published-per-minute` patches."""
 
 from __future__ import annotations
 
@@ -38,14 +44,19 @@ async def test_recorded_history_replays_without_nondeterminism(path: Path) -> No
 
 def test_histories_of_both_workflows_are_committed() -> None:
     names = {p.name for p in SCHEDULE_HISTORIES}
-    assert {"schedule_parent.json", "schedule_run.json"} <= names
+    assert {
+        "schedule_parent.json",
+        "schedule_run.json",
+        "schedule_parent_ack_by_completion.json",
+        "schedule_run_ack_by_completion.json",
+    } <= names
 
 
-async def record(client: Client) -> None:
+async def record(client: Client, suffix: str) -> None:
     """Run a short scenario (set, ticks, a higher version with jitter, continue-as-new,
     cancel) and save the histories of the schedule's first execution and of one run."""
     task_queue = f"record-{uuid.uuid4().hex[:8]}"
-    object_id = "replay-recorded"
+    object_id = f"replay-recorded{suffix}"
     async with Worker(
         client,
         task_queue=task_queue,
@@ -81,11 +92,11 @@ async def record(client: Client) -> None:
         child = await client.get_workflow_handle(child_id).fetch_history()
     for name, history in (("schedule_parent", parent), ("schedule_run", child)):
         recorded = {"workflow_id": history.workflow_id, "history": json.loads(history.to_json())}
-        (HISTORIES / f"{name}.json").write_text(json.dumps(recorded, indent=1))
+        (HISTORIES / f"{name}{suffix}.json").write_text(json.dumps(recorded, indent=1))
     print(f"recorded {len(parent.events)} schedule events and {len(child.events)} run events")
 
 
-async def _main() -> None:
+async def _main(suffix: str) -> None:
     env = await WorkflowEnvironment.start_local(
         data_converter=data_converter(),
         dev_server_existing_path=temporal_cli(),
@@ -94,10 +105,10 @@ async def _main() -> None:
         dev_server_log_level="error",
     )
     try:
-        await record(env.client)
+        await record(env.client, suffix)
     finally:
         await env.shutdown()
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(_main()))
+    sys.exit(asyncio.run(_main(sys.argv[1] if len(sys.argv) > 1 else "")))

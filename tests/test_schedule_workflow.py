@@ -382,17 +382,31 @@ async def test_continue_as_new_keeps_in_flight_runs_and_duplicates_nothing(
         for event in history.events
         if event.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
     }
-    in_flight = {
-        json.loads(event.workflow_execution_signaled_event_attributes.input.payloads[0].data)[
-            "scheduled_time"
-        ]
+    completed_in_first = {
+        int(
+            event.child_workflow_execution_completed_event_attributes.workflow_execution.workflow_id.rsplit(
+                ":", 1
+            )[1]
+        )
         for event in history.events
-        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-        and event.workflow_execution_signaled_event_attributes.signal_name
-        == "durability.run_acknowledged"
+        if event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED
     }
-    carried = started_by_first - in_flight
+    handed_over = {
+        int(
+            event.signal_external_workflow_execution_initiated_event_attributes.workflow_execution.workflow_id.rsplit(
+                ":", 1
+            )[1]
+        )
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+        and event.signal_external_workflow_execution_initiated_event_attributes.signal_name
+        == "durability.report_by_signal"
+    }
+    carried = started_by_first - completed_in_first
     assert carried, "some run of the first execution was still in flight at continue-as-new"
+    # Each was handed over to signal reporting before continue-as-new, and was acknowledged
+    # by a later run (no runs left above) after its outcome was delivered.
+    assert carried <= handed_over
     assert carried <= set(delivered)
 
 
@@ -467,3 +481,32 @@ async def test_a_worker_outage_collapses_missed_ticks_into_one_run_at_the_earlie
     assert outage_ended - outage_started >= 3000
     assert during == [before]
     assert after > outage_ended - 1000
+
+
+async def test_a_run_terminated_from_outside_frees_its_slot_and_leaves_the_runs_list(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """An operator terminates a stuck run: the schedule learns it from the child's closing
+    (it will never report), frees the slot for the queued runs and forgets it."""
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(client, task_queue, unique, max_concurrent_runs=1)
+        await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 60_000})
+        await eventually(lambda: len(recorder.started) >= 1, timeout=15)
+        stuck = recorder.started[0]["scheduled_time"]
+        await eventually(
+            lambda: _has_queued(handle), timeout=15
+        )  # the one slot is held: later ticks wait
+        await client.get_workflow_handle(f"schedule-run:{unique}:{stuck}").terminate("stuck")
+
+        async def next_run_started() -> bool:
+            return len(recorder.started) >= 2
+
+        await eventually(next_run_started, timeout=15)
+        assert recorder.started[1]["scheduled_time"] > stuck
+        assert stuck not in [run["scheduled_time"] for run in await runs_of(handle)]
+        await handle.execute_update("cancel", {})
+
+
+async def _has_queued(handle: WorkflowHandle[Any, Any]) -> bool:
+    return any(run["state"] == "queued" for run in await runs_of(handle))

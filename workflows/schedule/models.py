@@ -115,6 +115,10 @@ class ScheduledRunInput(BaseModel):
     run: ScheduledRunObject
     schedule_workflow_id: str
     settings: ScheduleInput
+    # Acknowledge by completing (the schedule awaits this child) rather than by signal, unless
+    # the schedule hands the run over before continuing as new. False for runs started by
+    # schedules from before this field, which await the `run_acknowledged` signal.
+    acknowledge_by_completion: bool = False
 
 
 class RunSettled(BaseModel):
@@ -132,7 +136,8 @@ class RunAcknowledged(BaseModel):
 
 
 class ScheduledRunResult(BaseModel):
-    """What a `ScheduledRun` child returns (for humans in the UI; the parent never waits)."""
+    """What a `ScheduledRun` child returns: the schedule that started it reads its completion
+    as the acknowledgement (after continue-as-new, the run signals `run_acknowledged`)."""
 
     outcome: Outcome
     delivered: bool

@@ -29,6 +29,7 @@ from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     CancelledError,
+    ChildWorkflowError,
     FailureError,
     RetryState,
     WorkflowAlreadyStartedError,
@@ -71,9 +72,21 @@ with workflow.unsafe.imports_passed_through():
         run_workflow_id,
     )
 
-# Internal signals from runs to their schedule (not part of the wire contract).
+# Internal signals between a schedule and its runs (not part of the wire contract).
 RUN_SETTLED_SIGNAL = "durability.run_settled"
 RUN_ACKNOWLEDGED_SIGNAL = "durability.run_acknowledged"
+REPORT_BY_SIGNAL = "durability.report_by_signal"
+# Schedules that recorded this patch (histories from before it carry no marker):
+# - start runs with `acknowledge_by_completion`: a run's completion is its acknowledgement
+#   and its outcome delivery overlaps the `run_settled` signal; the schedule hands its runs
+#   over to signal reporting before it continues as new;
+# - refresh `DurabilityNextTickAt` only when the next tick moves earlier or more than
+#   NEXT_TICK_PUBLISH_SLACK_MS later than the published value, not on every tick (each upsert
+#   is a billed action and a visibility write).
+# The run learns its behaviour from its input, not from a patch of its own: a patch records
+# a marker and upserts TemporalChangeVersion (a visibility write) in every run.
+SCHEDULE_PATCH = "schedule-ack-by-completion"
+NEXT_TICK_PUBLISH_SLACK_MS = 60_000
 # Time a cancelled run activity gets, beyond run_timeout_ms, to acknowledge cancellation.
 RUN_CANCEL_GRACE = timedelta(seconds=30)
 LIFECYCLE_TIMEOUT = timedelta(seconds=10)
@@ -160,6 +173,8 @@ class DurabilityScheduleWorkflow:
         )
         self._lifecycle = _Lifecycle(self._settings)
         self._starts: set[asyncio.Task[None]] = set()
+        # Runs started by this run of the workflow, awaited to their completion (the ack).
+        self._watches: dict[int, asyncio.Task[None]] = {}
         self._dirty = False
         self._published: dict[str, object] = {}
 
@@ -194,6 +209,9 @@ class DurabilityScheduleWorkflow:
                 not self._starts and not self._lifecycle.tasks and workflow.all_handlers_finished()
             )
         )
+        if self._watches and workflow.patched(SCHEDULE_PATCH):
+            await self._hand_over_runs()
+            await workflow.wait_condition(workflow.all_handlers_finished)
         carried = ScheduleWorkflowInput.model_validate(
             {**self._settings.model_dump(), "carried": self._core.state}
         )
@@ -230,9 +248,10 @@ class DurabilityScheduleWorkflow:
             ),
             schedule_workflow_id=workflow.info().workflow_id,
             settings=self._settings,
+            acknowledge_by_completion=workflow.patched(SCHEDULE_PATCH),
         )
         try:
-            await workflow.start_child_workflow(
+            handle = await workflow.start_child_workflow(
                 ScheduledRunWorkflow.run,
                 run_input,
                 id=run_workflow_id(self._object_id, run.scheduled_time),
@@ -240,6 +259,9 @@ class DurabilityScheduleWorkflow:
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
                 static_summary=f"run {_iso(run.scheduled_time)} of {self._object_id}",
             )
+            watch = asyncio.create_task(self._watch_run(run.scheduled_time, handle))
+            self._watches[run.scheduled_time] = watch
+            watch.add_done_callback(lambda _: self._watches.pop(run.scheduled_time, None))
         except WorkflowAlreadyStartedError:
             # At most once (S6): this run already exists (e.g. after a reset); it reports.
             workflow.logger.warning(
@@ -250,19 +272,51 @@ class DurabilityScheduleWorkflow:
             self._core.forget(run.scheduled_time)
             self._dirty = True
 
+    async def _watch_run(
+        self,
+        scheduled_time: int,
+        handle: workflow.ChildWorkflowHandle[Any, ScheduledRunResult],
+    ) -> None:
+        """The run's completion settles it (if its signal did not) and acknowledges it."""
+        try:
+            result = await handle
+        except ChildWorkflowError as error:
+            # Terminated or failed from outside: it will never report. Free its slot.
+            workflow.logger.error(
+                "run %s of %s ended without reporting: %s", scheduled_time, self._object_id, error
+            )
+            result = ScheduledRunResult(
+                outcome=_errored(RUN_INTERRUPTED_ERROR, f"the run workflow ended: {error}"),
+                delivered=False,
+            )
+        self._settle(scheduled_time, result.outcome)
+        self._core.forget(scheduled_time)
+
+    async def _hand_over_runs(self) -> None:
+        """Before continuing as new, which loses the child handles: tell every run this
+        workflow still watches to acknowledge by signal. A run that already closed cannot take
+        the signal, but its completion is on its way to this run: wait for it."""
+
+        async def hand_over(scheduled_time: int, watch: asyncio.Task[None]) -> None:
+            run = workflow.get_external_workflow_handle(
+                run_workflow_id(self._object_id, scheduled_time)
+            )
+            try:
+                await run.signal(REPORT_BY_SIGNAL)
+            except (FailureError, ApplicationError):
+                await watch
+
+        await asyncio.gather(*(hand_over(t, w) for t, w in list(self._watches.items())))
+
     def _publish(self) -> None:
-        """Upsert the search attributes that changed."""
+        """Upsert the search attributes that changed, and the UI's current details."""
         stored = self._core.state.schedule
         wake_at = self._core.next_wake_at()
-        wanted: dict[str, object] = {
-            "object_id": self._object_id,
-            "next_tick_at": wake_at,
-            "version": None if stored is None else stored.version,
-        }
         updates: list[Any] = []
-        if wanted["object_id"] != self._published.get("object_id"):
+        if self._object_id != self._published.get("object_id"):
             updates.append(search_attributes.OBJECT_ID.value_set(self._object_id))
-        if "next_tick_at" not in self._published or wake_at != self._published["next_tick_at"]:
+            self._published["object_id"] = self._object_id
+        if self._next_tick_stale(wake_at):
             updates.append(
                 search_attributes.NEXT_TICK_AT.value_unset()
                 if wake_at is None
@@ -270,12 +324,28 @@ class DurabilityScheduleWorkflow:
                     datetime.fromtimestamp(wake_at / 1000, tz=UTC)
                 )
             )
+            self._published["next_tick_at"] = wake_at
         if stored is not None and stored.version != self._published.get("version"):
             updates.append(search_attributes.SCHEDULE_VERSION.value_set(stored.version))
+            self._published["version"] = stored.version
         if updates:
             workflow.upsert_search_attributes(updates)
-        self._published = wanted
         workflow.set_current_details(self._details(wake_at))
+
+    def _next_tick_stale(self, wake_at: int | None) -> bool:
+        """Whether `DurabilityNextTickAt` needs an upsert: unset/set, moved earlier, or moved
+        later by more than NEXT_TICK_PUBLISH_SLACK_MS. So the published value is never later
+        than the real next tick, and at most a minute earlier."""
+        if "next_tick_at" not in self._published:
+            return True
+        published = self._published["next_tick_at"]
+        if wake_at == published:
+            return False
+        if wake_at is None or not isinstance(published, int):
+            return True
+        if wake_at < published or not workflow.patched(SCHEDULE_PATCH):
+            return True
+        return wake_at - published > NEXT_TICK_PUBLISH_SLACK_MS
 
     def _details(self, wake_at: int | None) -> str:
         """Markdown for the UI's "Current Details": the live schedule and its runs."""
@@ -358,9 +428,12 @@ class DurabilityScheduleWorkflow:
     @workflow.signal(name=RUN_SETTLED_SIGNAL)
     def run_settled(self, settled: RunSettled) -> None:
         """A run stopped: free its slot and start the next queued run."""
+        self._settle(settled.scheduled_time, settled.outcome)
+
+    def _settle(self, scheduled_time: int, outcome: Outcome) -> None:
         # Wake the loop only when a queued run can take the freed slot: every wake-up
         # cancels and restarts the tick timer (two more history events).
-        if self._core.settle(settled.scheduled_time, settled.outcome) and any(
+        if self._core.settle(scheduled_time, outcome) and any(
             run.state == RunStatus.QUEUED for run in self._core.state.runs.values()
         ):
             self._dirty = True
@@ -445,6 +518,14 @@ class DurabilityScheduleWorkflow:
 class ScheduledRunWorkflow:
     """One run: call the run activity once, report to the schedule, deliver the outcome."""
 
+    def __init__(self) -> None:
+        self._report_by_signal = False
+
+    @workflow.signal(name=REPORT_BY_SIGNAL)
+    def report_by_signal(self) -> None:
+        """The schedule continued as new: acknowledge by signal, not by completing."""
+        self._report_by_signal = True
+
     @workflow.run
     async def run(self, input: ScheduledRunInput) -> ScheduledRunResult:
         """Run (S9, S10), settle, deliver the outcome at least once (S11), acknowledge."""
@@ -459,18 +540,29 @@ class ScheduledRunWorkflow:
         if outcome.error is None or outcome.error.name != RUN_INTERRUPTED_ERROR:
             settled["duration_ms"] = _now_ms() - started
         self._emit("settled", **settled)
-        await self._signal_schedule(
+        settle = self._signal_schedule(
             RUN_SETTLED_SIGNAL,
             RunSettled(scheduled_time=input.run.scheduled_time, outcome=outcome),
         )
+        acknowledged = RunAcknowledged(scheduled_time=input.run.scheduled_time)
+        if not input.acknowledge_by_completion:
+            await settle
+            acknowledged.dead_lettered = (dead_letter := await self._deliver(outcome)) is not None
+            await self._signal_schedule(RUN_ACKNOWLEDGED_SIGNAL, acknowledged)
+            await self._lifecycle.drain()
+            return ScheduledRunResult(
+                outcome=outcome, delivered=dead_letter is None, dead_letter_error=dead_letter
+            )
+        # The slot is freed (signal) while the outcome goes out: one workflow task for both.
+        settling = asyncio.create_task(settle)
         dead_letter = await self._deliver(outcome)
-        await self._signal_schedule(
-            RUN_ACKNOWLEDGED_SIGNAL,
-            RunAcknowledged(
-                scheduled_time=input.run.scheduled_time, dead_lettered=dead_letter is not None
-            ),
-        )
+        await settling
         await self._lifecycle.drain()
+        # No await between this check and returning: a hand-over signal that lands while this
+        # task completes makes Temporal reject the completion, and the retried task sees it.
+        if self._report_by_signal:
+            acknowledged.dead_lettered = dead_letter is not None
+            await self._signal_schedule(RUN_ACKNOWLEDGED_SIGNAL, acknowledged)
         return ScheduledRunResult(
             outcome=outcome, delivered=dead_letter is None, dead_letter_error=dead_letter
         )
