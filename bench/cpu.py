@@ -1,36 +1,39 @@
-"""`python -m bench.cpu`: CPU milliseconds per run, worker and server, for each side at a
-fixed load. Where the capacity bench says *how much*, this says *who pays*: the worker
-process (this one: workflow tasks, activities, the bench client) or the dev server.
-
-    python -m bench.cpu [--objects 12] [--seconds 20] [--side durability --side native ...]
+"""CPU milliseconds per run, worker and server, for one side at a fixed load (the `cpu`
+scenario of `python -m bench`). Where the capacity scenario says *how much*, this says *who
+pays*: the worker process (workflow tasks, activities, the bench's client) or the dev server.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import logging
 import os
-import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
-from bench import scenarios
+from temporalio.client import Client
+
 from bench.activities import RECORDER
-from bench.env import dev_server, load_product, worker
-from bench.load import SIDES, run_load
-from bench.machine import describe, loadavg
+from bench.load import run_load
 from bench.stats import Summary
 
-TICKS = os.sysconf("SC_CLK_TCK")
+TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class CpuUsage:
+    runs: int
+    p99: float
+    worker_ms_per_run: float
+    server_ms_per_run: float
 
 
 def cpu_ms(pid: int) -> float:
-    """User + system CPU of one process, in ms."""
+    """User + system CPU of one process, in ms (from /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * 1000 / TICKS
+    return (int(fields[11]) + int(fields[12])) * 1000 / TICKS_PER_SECOND
 
 
-def children(pid: int) -> list[int]:
+def child_pids(pid: int) -> list[int]:
+    """Direct children of `pid`: the dev server the bench started."""
     found: list[int] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -44,43 +47,18 @@ def children(pid: int) -> list[int]:
     return found
 
 
-async def main(args: argparse.Namespace) -> None:
-    logging.basicConfig(level=logging.WARNING)
-    http_server, ledger_url = scenarios.start_http_server()
-    product = load_product(ledger_url)
-    print(describe())
-    try:
-        async with dev_server(False) as (env, _):
-            server_pids = children(os.getpid())
-            queue = f"bench-{uuid.uuid4().hex[:8]}"
-            async with worker(env.client, product, task_queue=queue):
-                print(
-                    "| side | objects | runs | p99 ms | worker CPU ms/run | server CPU ms/run "
-                    "| load before |"
-                )
-                print("| --- | --- | --- | --- | --- | --- | --- |")
-                for side in args.side or SIDES:
-                    before_load = loadavg()
-                    w0 = cpu_ms(os.getpid())
-                    s0 = sum(cpu_ms(p) for p in server_pids)
-                    res = await run_load(env.client, queue, side, args.objects, args.seconds)
-                    w1 = cpu_ms(os.getpid())
-                    s1 = sum(cpu_ms(p) for p in server_pids)
-                    runs = max(1, len(RECORDER.marks.get(res.tag, [])))
-                    p99 = Summary.of(res.lateness).p99
-                    print(
-                        f"| {side} | {args.objects} | {runs} | {p99:.0f} | "
-                        f"{(w1 - w0) / runs:.1f} | {(s1 - s0) / runs:.1f} | {before_load} |",
-                        flush=True,
-                    )
-    finally:
-        http_server.shutdown()
-        await RECORDER.close()
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m bench.cpu", description=__doc__)
-    parser.add_argument("--objects", type=int, default=12)
-    parser.add_argument("--seconds", type=float, default=20)
-    parser.add_argument("--side", action="append", choices=SIDES)
-    asyncio.run(main(parser.parse_args()))
+async def measure_cpu(
+    client: Client, task_queue: str, side: str, objects: int, duration_s: float
+) -> CpuUsage:
+    """Run `objects` one-second schedules on `side` and charge the CPU used to its runs."""
+    me, servers = os.getpid(), child_pids(os.getpid())
+    worker0, server0 = cpu_ms(me), sum(cpu_ms(p) for p in servers)
+    result = await run_load(client, task_queue, side, objects, duration_s)
+    worker1, server1 = cpu_ms(me), sum(cpu_ms(p) for p in servers)
+    runs = max(1, len(RECORDER.marks.get(result.tag, [])))
+    return CpuUsage(
+        runs=runs,
+        p99=Summary.of(result.lateness).p99,
+        worker_ms_per_run=(worker1 - worker0) / runs,
+        server_ms_per_run=(server1 - server0) / runs,
+    )
