@@ -510,3 +510,24 @@ async def test_a_run_terminated_from_outside_frees_its_slot_and_leaves_the_runs_
 
 async def _has_queued(handle: WorkflowHandle[Any, Any]) -> bool:
     return any(run["state"] == "queued" for run in await runs_of(handle))
+
+
+async def test_a_slow_outcome_delivery_frees_the_slot_before_the_outcome_is_delivered(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """The run's slot is freed once the run stopped (S9), not once its outcome is delivered:
+    with one slot and an outcome refused twice (retried after 1 s and 2 s), the next run
+    starts while the first outcome is still being retried."""
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(client, task_queue, unique, max_concurrent_runs=1)
+        await set_schedule(
+            handle, expression="@every 1s", version=1, params={"outcome_failures": 2}
+        )
+        await eventually(lambda: len(recorder.started) >= 2, timeout=15)
+        first = recorder.started[0]["scheduled_time"]
+        first_delivered = [run["scheduled_time"] for run, _, _ in recorder.delivered()].count(first)
+        await handle.execute_update("cancel", {})
+        await eventually(_no_runs_left(handle), timeout=30)
+    assert first_delivered == 0, "the second run started only after the first was delivered"
+    assert [run["scheduled_time"] for run, _, _ in recorder.delivered()].count(first) == 1

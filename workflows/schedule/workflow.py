@@ -87,6 +87,9 @@ REPORT_BY_SIGNAL = "durability.report_by_signal"
 # a marker and upserts TemporalChangeVersion (a visibility write) in every run.
 SCHEDULE_PATCH = "schedule-ack-by-completion"
 NEXT_TICK_PUBLISH_SLACK_MS = 60_000
+# A run acknowledged by completion signals `run_settled` only when its outcome delivery
+# takes longer than this; a quick delivery settles and acknowledges it in one report.
+SETTLE_GRACE = timedelta(seconds=1)
 # Time a cancelled run activity gets, beyond run_timeout_ms, to acknowledge cancellation.
 RUN_CANCEL_GRACE = timedelta(seconds=30)
 LIFECYCLE_TIMEOUT = timedelta(seconds=10)
@@ -290,7 +293,7 @@ class DurabilityScheduleWorkflow:
                 delivered=False,
             )
         self._settle(scheduled_time, result.outcome)
-        self._core.forget(scheduled_time)
+        self._acknowledge(scheduled_time)
 
     async def _hand_over_runs(self) -> None:
         """Before continuing as new, which loses the child handles: tell every run this
@@ -441,7 +444,15 @@ class DurabilityScheduleWorkflow:
     @workflow.signal(name=RUN_ACKNOWLEDGED_SIGNAL)
     def run_acknowledged(self, acknowledged: RunAcknowledged) -> None:
         """A run's outcome was delivered (or dead-lettered): forget the run."""
-        self._core.forget(acknowledged.scheduled_time)
+        self._acknowledge(acknowledged.scheduled_time)
+
+    def _acknowledge(self, scheduled_time: int) -> None:
+        run = self._core.state.runs.get(scheduled_time)
+        held_slot = run is not None and run.state == RunStatus.RUNNING
+        self._core.forget(scheduled_time)
+        # A run whose outcome went out within SETTLE_GRACE never signalled `run_settled`.
+        if held_slot and any(r.state == RunStatus.QUEUED for r in self._core.state.runs.values()):
+            self._dirty = True
 
     # --- pause, trigger, backfill (beyond the seed; what native Schedules users expect) ---
 
@@ -540,23 +551,26 @@ class ScheduledRunWorkflow:
         if outcome.error is None or outcome.error.name != RUN_INTERRUPTED_ERROR:
             settled["duration_ms"] = _now_ms() - started
         self._emit("settled", **settled)
-        settle = self._signal_schedule(
-            RUN_SETTLED_SIGNAL,
-            RunSettled(scheduled_time=input.run.scheduled_time, outcome=outcome),
-        )
+        settled_signal = RunSettled(scheduled_time=input.run.scheduled_time, outcome=outcome)
         acknowledged = RunAcknowledged(scheduled_time=input.run.scheduled_time)
         if not input.acknowledge_by_completion:
-            await settle
+            await self._signal_schedule(RUN_SETTLED_SIGNAL, settled_signal)
             acknowledged.dead_lettered = (dead_letter := await self._deliver(outcome)) is not None
             await self._signal_schedule(RUN_ACKNOWLEDGED_SIGNAL, acknowledged)
             await self._lifecycle.drain()
             return ScheduledRunResult(
                 outcome=outcome, delivered=dead_letter is None, dead_letter_error=dead_letter
             )
-        # The slot is freed (signal) while the outcome goes out: one workflow task for both.
-        settling = asyncio.create_task(settle)
-        dead_letter = await self._deliver(outcome)
-        await settling
+        # Usually the outcome is delivered at once and the completion reports both; when it
+        # is slow (retries), the run's slot is freed by signal after SETTLE_GRACE.
+        delivery = asyncio.create_task(self._deliver(outcome))
+        try:
+            await workflow.wait_condition(
+                delivery.done, timeout=SETTLE_GRACE, timeout_summary="settle grace"
+            )
+        except TimeoutError:
+            await self._signal_schedule(RUN_SETTLED_SIGNAL, settled_signal)
+        dead_letter = await delivery
         await self._lifecycle.drain()
         # No await between this check and returning: a hand-over signal that lands while this
         # task completes makes Temporal reject the completion, and the retried task sees it.
