@@ -174,7 +174,14 @@ class LedgerInput(LedgerConfig):
 
 
 class FrozenRequestInput(BaseModel):
-    """Start input of a `FrozenRequest` child: the frozen body and where its loop resumes."""
+    """Start input of a `FrozenRequest` child: the frozen body and where its loop resumes.
+
+    `report_by_completion` (internal): the ledger run that starts the child awaits it and reads
+    its final report from its result, so the child sends no `request_finished` signal. That
+    run hands the child over to signal reporting (`durability.report_by_signal`) before it
+    continues as new; a handed-over child continues as new with it False. False (inputs from
+    older ledgers, handed-over loops): the final report is signalled.
+    """
 
     ledger_id: str
     request: dict[str, Any]
@@ -187,6 +194,7 @@ class FrozenRequestInput(BaseModel):
     activity_task_queue: str | None = None
     retry: RetryConfig = Field(default_factory=RetryConfig)
     activity_timeout_ms: int = 30_000
+    report_by_completion: bool = False
 
 
 class RequestReport(BaseModel):

@@ -5,10 +5,14 @@ results and child reports into it, and turns its plans into activities and child
 
 - Event history is the ledger: the compile activity's result and the frozen request are in
   history/state before the `FrozenRequest` child (which alone sends anything) starts (L6).
-- Each `FrozenRequest` owns its submit/query loop on durable timers (L7, L8) and reports to
-  `ledger:<ledger_id>` by signal (no run ID, so it reaches the current run after
-  continue-as-new). Children are started with parent-close policy ABANDON: continue-as-new
-  never terminates a request in flight.
+- Each `FrozenRequest` owns its submit/query loop on durable timers (L7, L8). It reports
+  non-final attempts to `ledger:<ledger_id>` by signal (`request_progress`; no run ID, so it
+  reaches the current run after continue-as-new) and its final report by completing: the
+  ledger run that started it awaits its result. Continue-as-new loses those child handles, so
+  before it the ledger hands every child it started over to signal reporting
+  (`durability.report_by_signal`): those children, and every loop they continue into, report
+  the end with the `request_finished` signal instead. Children are started with parent-close
+  policy ABANDON: continue-as-new never terminates a request in flight.
 - Signals and updates share names (`enqueue`, `release`, `resume`, `skip`); a bad signal is
   logged, counted (`dropped_signals` in the snapshot) and dropped, never raised.
 """
@@ -68,6 +72,13 @@ CHILD_START_TRIES = 60
 # Before continue-as-new, wait this long at most for attempts in flight to report (`_quiet`).
 QUIET_BEFORE_CONTINUE = timedelta(seconds=1)
 QUIET_BEFORE_CONTINUE_PATCH = "ledger-quiet-before-continue-as-new"
+# Children of a run with this patch report their end by completing (`report_by_completion`),
+# and the run hands them over to signal reporting before continuing as new.
+REPORT_BY_COMPLETION_PATCH = "ledger-requests-report-by-completion"
+# In a FrozenRequest: the final report is the result, no `request_finished` signal.
+REQUEST_COMPLETION_PATCH = "request-reports-by-completion"
+# Ledger -> FrozenRequest: report the end by signal from now on (internal, not wire).
+REPORT_BY_SIGNAL_SIGNAL = "durability.report_by_signal"
 
 # Register these workflows with `durability.registry.workflow_runner()` (worker.py and the bench
 # do): without our packages passed through, the sandbox re-imports (and, without bytecode
@@ -119,6 +130,9 @@ class OperationLedgerWorkflow:
             self._recovery_error = str(error)
         self._compiles: dict[str, asyncio.Task[None]] = {}
         self._children: dict[str, asyncio.Task[None]] = {}
+        # Requests whose child (started by this run) reports its end by completing.
+        self._by_completion: set[str] = set()
+        self._report_by_completion = False
         self._starting: set[str] = set()
         self._wake = True
         self._final: dict[str, Any] | None = None
@@ -133,6 +147,7 @@ class OperationLedgerWorkflow:
                 self._recovery_error, type="LedgerRecoveryConflict", non_retryable=True
             )
         workflow.upsert_search_attributes([LEDGER_ID.value_set(self._ledger_id)])
+        self._report_by_completion = workflow.patched(REPORT_BY_COMPLETION_PATCH)
         while True:
             await workflow.wait_condition(
                 lambda: self._wake or self._final is not None or self._ready_to_continue()
@@ -141,6 +156,8 @@ class OperationLedgerWorkflow:
                 break
             if self._ready_to_continue():
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                if self._by_completion and self._final is None:
+                    await self._hand_over()
                 if not self._quiet() and workflow.patched(QUIET_BEFORE_CONTINUE_PATCH):
                     await self._wait_quiet()
                 if self._final is None and self._ready_to_continue():
@@ -192,6 +209,30 @@ class OperationLedgerWorkflow:
             if request.retry_at is None or request.retry_at <= now:
                 return False  # mid-attempt
         return True
+
+    async def _hand_over(self) -> None:
+        """Before continue-as-new: every child of this run reports its end by signal from now on.
+
+        The new run has no handle to await. A child that already closed cannot take the
+        signal; its completion event is on the way to this run, so wait for it here.
+        """
+        await asyncio.gather(*(self._hand_over_one(rid) for rid in sorted(self._by_completion)))
+        await workflow.wait_condition(workflow.all_handlers_finished)
+
+    async def _hand_over_one(self, request_id: str) -> None:
+        child = workflow.get_external_workflow_handle(
+            request_workflow_id(self._ledger_id, request_id)
+        )
+        try:
+            await child.signal(REPORT_BY_SIGNAL_SIGNAL)
+        except FailureError as error:
+            if is_cancelled_exception(error):
+                raise
+            task = self._children.get(request_id)
+            if task is not None:
+                await workflow.wait_condition(task.done)
+            return
+        self._by_completion.discard(request_id)
 
     async def _wait_quiet(self) -> None:
         """Let in-flight attempts report before continuing as new (bounded: see `_quiet`)."""
@@ -260,6 +301,7 @@ class OperationLedgerWorkflow:
                 query_activity=self._config.query_activity,
                 activity_task_queue=self._config.activity_task_queue,
                 retry=self._config.retry,
+                report_by_completion=self._report_by_completion,
             )
             self._starting.add(request_id)
             try:
@@ -271,6 +313,8 @@ class OperationLedgerWorkflow:
                     self._state, request_id, "request_workflow_already_running", stopped=False
                 )
                 return
+            if child_input.report_by_completion:
+                self._by_completion.add(request_id)
             try:
                 result = await handle
             except ChildWorkflowError as error:
@@ -293,6 +337,7 @@ class OperationLedgerWorkflow:
         finally:
             if self._children.get(request_id) is me:
                 del self._children[request_id]
+                self._by_completion.discard(request_id)
             self._wake = True
 
     async def _start_child(
@@ -544,7 +589,17 @@ class FrozenRequestWorkflow:
     """Submit, then query, one frozen request until it resolves or blocks (L7-L10).
 
     The request body never changes; every call carries it whole, with its idempotency key.
+    The final report is the result; it is also signalled (`request_finished`) unless the
+    input says `report_by_completion` and no `durability.report_by_signal` arrived.
     """
+
+    def __init__(self) -> None:
+        self._report_by_signal = False
+
+    @workflow.signal(name=REPORT_BY_SIGNAL_SIGNAL)
+    def report_by_signal(self, raw: Any = None) -> None:
+        """The ledger run that started this request continues as new: signal the end."""
+        self._report_by_signal = True
 
     @workflow.run
     async def run(self, input: FrozenRequestInput) -> dict[str, Any]:
@@ -583,7 +638,8 @@ class FrozenRequestWorkflow:
                     next_action=step.next_action,
                     launch=input.launch,
                 )
-                await self._tell(ledger, "request_finished", report)
+                if not self._reports_by_completion(input):
+                    await self._tell(ledger, "request_finished", report)
                 return report.model_dump(mode="json")
             progress = RequestReport(
                 request_id=request_id,
@@ -601,7 +657,23 @@ class FrozenRequestWorkflow:
             await workflow.sleep(timedelta(milliseconds=step.delay_ms))
             action = step.next_action
         workflow.continue_as_new(
-            input.model_copy(update={"next_action": action, "attempt": attempt, "not_before": None})
+            input.model_copy(
+                update={
+                    "next_action": action,
+                    "attempt": attempt,
+                    "not_before": None,
+                    "report_by_completion": input.report_by_completion
+                    and not self._report_by_signal,
+                }
+            )
+        )
+
+    def _reports_by_completion(self, input: FrozenRequestInput) -> bool:
+        """The ledger run that started this loop awaits its result (and was not handed over)."""
+        return (
+            input.report_by_completion
+            and not self._report_by_signal
+            and workflow.patched(REQUEST_COMPLETION_PATCH)
         )
 
     async def _tell(
