@@ -54,6 +54,15 @@ class LedgerConfig(BaseModel):
     # (None: when Temporal suggests it, with a safety cap). Tests use a small value; below 20
     # a fresh run could be due before it dispatches anything.
     continue_as_new_after_events: int | None = Field(default=None, ge=20)
+    # Not part of the wire contract: run `compile_activity` as a local activity on the ledger's
+    # own worker (same timeout and retry policy; `activity_task_queue` is not used for it). It
+    # saves an activity task round trip and a ledger workflow task per operation, and the
+    # compile result is still recorded (a marker) in the same workflow task completion that
+    # starts the request, before anything is sent (L6); a compile error still blocks the
+    # operation with its message. Only for workers that register the compile activity
+    # themselves (`compile` written in Python and hosted with the ledger): keep it off when
+    # compile runs on another task queue or in another SDK.
+    local_compile: bool = False
 
 
 class OperationIntent(BaseModel):

@@ -13,6 +13,8 @@ results and child reports into it, and turns its plans into activities and child
   (`durability.report_by_signal`): those children, and every loop they continue into, report
   the end with the `request_finished` signal instead. Children are started with parent-close
   policy ABANDON: continue-as-new never terminates a request in flight.
+- With `local_compile`, compile is a local activity: its result (a marker) is recorded in the
+  same workflow task completion that starts the request's child (L6).
 - Signals and updates share names (`enqueue`, `release`, `resume`, `skip`); a bad signal is
   logged, counted (`dropped_signals` in the snapshot) and dropped, never raised.
 """
@@ -163,7 +165,7 @@ class OperationLedgerWorkflow:
                 if self._final is None and self._ready_to_continue():
                     workflow.continue_as_new(
                         LedgerInput(
-                            **self._config.model_dump(exclude={"ledger_id"}),
+                            **self._config.model_dump(exclude=self._not_carried()),
                             ledger_id=self._ledger_id,
                             carried_state=self._state,
                         )
@@ -172,6 +174,14 @@ class OperationLedgerWorkflow:
             self._pump()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._final
+
+    def _not_carried(self) -> set[str]:
+        """Config fields the next run's input leaves out (it re-applies their defaults).
+
+        `local_compile` is left out while off, so a run continued by an upgraded worker still
+        starts on a worker that does not know the field yet (a rolling upgrade).
+        """
+        return {"ledger_id"} if self._config.local_compile else {"ledger_id", "local_compile"}
 
     def _history_due(self) -> bool:
         info = workflow.info()
@@ -254,16 +264,28 @@ class OperationLedgerWorkflow:
 
     async def _compile(self, op_id: str, request_id: str) -> None:
         intent = self._state.operations[op_id].intent
+        args = [intent.model_dump(mode="json"), request_id]
         try:
-            compiled = await workflow.execute_activity(
-                self._config.compile_activity,
-                args=[intent.model_dump(mode="json"), request_id],
-                task_queue=self._config.activity_task_queue,
-                start_to_close_timeout=COMPILE_TIMEOUT,
-                retry_policy=COMPILE_RETRY,
-                summary=f"compile {op_id}",
-            )
-        except ActivityError as error:
+            if self._config.local_compile:
+                compiled = await workflow.execute_local_activity(
+                    self._config.compile_activity,
+                    args=args,
+                    start_to_close_timeout=COMPILE_TIMEOUT,
+                    retry_policy=COMPILE_RETRY,
+                    summary=f"compile {op_id}",
+                )
+            else:
+                compiled = await workflow.execute_activity(
+                    self._config.compile_activity,
+                    args=args,
+                    task_queue=self._config.activity_task_queue,
+                    start_to_close_timeout=COMPILE_TIMEOUT,
+                    retry_policy=COMPILE_RETRY,
+                    summary=f"compile {op_id}",
+                )
+        except FailureError as error:
+            # An ActivityError; a local activity's failure arrives unwrapped (ApplicationError,
+            # TimeoutError), still with the error's message.
             if is_cancelled_exception(error):
                 core.abandon_dispatch(self._state, op_id)
                 raise
