@@ -5,6 +5,7 @@
     durability schedule runs acct-42 --json
     durability ledger enqueue canvas-7 --file ops.json
     durability ledger snapshot canvas-7
+    durability ledger skip canvas-7 op-3 --reason "client upgrade pending"
 
 Connection settings come from Temporal's environment configuration (TEMPORAL_ADDRESS, ...).
 Exit codes: 0 ok, 1 rejected or not found, 2 bad usage or settings.
@@ -191,6 +192,11 @@ async def ledger_resume(client: DurabilityClient, args: argparse.Namespace) -> A
     return {"resumed": True}
 
 
+async def ledger_skip(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    await client.skip(args.ledger_id, args.operation_id, args.reason)
+    return {"skipped": args.operation_id}
+
+
 async def ledger_stop(client: DurabilityClient, args: argparse.Namespace) -> Any:
     return await client.stop(args.ledger_id)
 
@@ -298,6 +304,13 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("ledger_id")
     cmd.add_argument("token")
     cmd.set_defaults(run=ledger_release, show=show_fields)
+    cmd = ledger.add_parser(
+        "skip", help="resolve a stuck (pending or blocked) operation as skipped"
+    )
+    cmd.add_argument("ledger_id")
+    cmd.add_argument("operation_id")
+    cmd.add_argument("--reason", help='recorded as the operation\'s error (default "skipped")')
+    cmd.set_defaults(run=ledger_skip, show=show_fields)
     for name, run, show, text in (
         ("hold", ledger_hold, show_fields, "stop new launches; prints a token"),
         ("resume", ledger_resume, show_fields, "retry unresolved and blocked requests"),
@@ -334,6 +347,9 @@ def parse_inputs(args: argparse.Namespace) -> None:
     for option in ("params", "options"):
         if hasattr(args, option):
             setattr(args, option, json_arg(f"--{option}", getattr(args, option)))
+    operation_id = getattr(args, "operation_id", None)
+    if operation_id is not None and not operation_id.strip():
+        raise UsageError(f"operation_id must not be empty, got {operation_id!r}")
     if getattr(args, "file", None) is not None:
         args.operations = read_operations(args.file)
 

@@ -105,6 +105,14 @@ def set_payload(
     return payload
 
 
+def skip_payload(operation_id: str, reason: str | None = None) -> dict[str, Any]:
+    """The wire `skip` payload; without `reason` the workflow records "skipped"."""
+    payload: dict[str, Any] = {"operation_id": operation_id}
+    if reason is not None:
+        payload["reason"] = reason
+    return payload
+
+
 def _rejection_message(error: WorkflowUpdateFailedError) -> str:
     cause: BaseException | None = error.cause
     if isinstance(cause, ApplicationError | FailureError):
@@ -324,6 +332,22 @@ class DurabilityClient:
 
     async def signal_resume(self, ledger_id: str) -> None:
         await self.ledger_handle(ledger_id).signal("resume", {})
+
+    async def skip(self, ledger_id: str, operation_id: str, reason: str | None = None) -> bool:
+        """Resolve a stuck (pending or blocked, not in flight) operation as `skipped`.
+
+        Its dependents then proceed. Rejected for an unknown, resolved or in-flight
+        operation; `reason` (default "skipped" on the workflow side) becomes its error.
+        """
+        skipped = await self._update(
+            ledger_workflow_id(ledger_id), "skip", skip_payload(operation_id, reason), bool
+        )
+        return bool(skipped)
+
+    async def signal_skip(
+        self, ledger_id: str, operation_id: str, reason: str | None = None
+    ) -> None:
+        await self.ledger_handle(ledger_id).signal("skip", skip_payload(operation_id, reason))
 
     async def stop(self, ledger_id: str) -> dict[str, Any]:
         """Stop dispatching, cancel in-flight requests; returns the final snapshot."""

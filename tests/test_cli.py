@@ -9,10 +9,12 @@ import os
 import sys
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 
+from durability.client import DurabilityClient
 from durability.codec import EncryptionCodec
 from tests.helpers import PROJECT_ROOT, durability_cli, eventually, running_worker, subprocess_env
 
@@ -173,6 +175,100 @@ async def test_ledger_commands_enqueue_snapshot_claims_hold_release_resume_stop(
         assert "operations" in final and "requests" in final
         result = await client.get_workflow_handle(f"ledger:{ledger_id}").result()
         assert result is not None
+
+
+async def test_ledger_skip_frees_a_blocked_operations_dependent_and_rejects_unknown_ones(
+    client: Client, dev_server_address: str, task_queue: str, unique: str, tmp_path: Path
+) -> None:
+    ledger_id = f"cli-skip-{unique}"
+    cli = ("--task-queue", task_queue, "--json")
+    operations = tmp_path / "ops.json"
+    # No participants: compile yields no canvas, so the operation blocks (missing_participants).
+    operations.write_text(
+        json.dumps(
+            [
+                {"id": "orphan", "operation_type": "shape.create", "participants": []},
+                {"id": "child", "operation_type": "shape.move", "participants": ["c1"],
+                 "dependencies": ["orphan"]},
+                {"id": "orphan-2", "operation_type": "shape.create", "participants": []},
+                {"id": "child-2", "operation_type": "shape.move", "participants": ["c2"],
+                 "dependencies": ["orphan-2"]},
+            ]
+        )
+    )  # fmt: skip
+
+    async def ops() -> dict[str, dict[str, Any]]:
+        shown = await durability_cli(dev_server_address, *cli, "ledger", "snapshot", ledger_id)
+        listed = json.loads(shown.stdout)["operations"]
+        listed = listed.values() if isinstance(listed, dict) else listed
+        return {(op.get("id") or op["intent"]["id"]): op for op in listed}
+
+    async with running_worker(client, task_queue):
+        await durability_cli(
+            dev_server_address, *cli, "ledger", "enqueue", ledger_id, "--file", str(operations)
+        )
+
+        async def blocked() -> bool:
+            current = await ops()
+            return all(current[op]["phase"] == "blocked" for op in ("orphan", "orphan-2"))
+
+        await eventually(blocked, timeout=30)
+        assert (await ops())["child"]["phase"] == "pending"
+
+        ghost = await durability_cli(
+            dev_server_address, *cli, "ledger", "skip", ledger_id, "ghost", check=False
+        )
+        assert ghost.returncode == 1
+        assert f"skip rejected by ledger:{ledger_id}" in ghost.stderr
+        assert "operation_id 'ghost' is not known" in ghost.stderr
+
+        skipped = await durability_cli(
+            dev_server_address, *cli, "ledger", "skip", ledger_id, "orphan",
+            "--reason", "no canvas",
+        )  # fmt: skip
+        assert json.loads(skipped.stdout) == {"skipped": "orphan"}
+
+        async def child_resolved() -> dict[str, dict[str, Any]] | None:
+            current = await ops()
+            return current if current["child"]["phase"] == "resolved" else None
+
+        current = await eventually(child_resolved, timeout=30)
+        assert (current["orphan"]["outcome"], current["orphan"]["error"]) == (
+            "skipped",
+            "no canvas",
+        )
+        assert current["child"]["outcome"] == "applied"
+        assert current["child-2"]["phase"] == "pending"  # its blocker was not skipped
+
+        again = await durability_cli(
+            dev_server_address, "ledger", "skip", ledger_id, "orphan", check=False
+        )
+        assert again.returncode == 1 and "'orphan' is already resolved" in again.stderr
+
+        # The typed client's signal variant: fire and forget, same effect.
+        await DurabilityClient(client, task_queue).signal_skip(ledger_id, "orphan-2")
+
+        async def child_2_resolved() -> dict[str, dict[str, Any]] | None:
+            current = await ops()
+            return current if current["child-2"]["phase"] == "resolved" else None
+
+        current = await eventually(child_2_resolved, timeout=30)
+        assert (current["orphan-2"]["outcome"], current["orphan-2"]["error"]) == (
+            "skipped",
+            "skipped",
+        )
+    await client.get_workflow_handle(f"ledger:{ledger_id}").terminate("test done")
+
+
+async def test_ledger_skip_bad_input_exits_two_and_unknown_ledger_exits_one(
+    dev_server_address: str, unique: str
+) -> None:
+    empty = await durability_cli(dev_server_address, "ledger", "skip", "x", " ", check=False)
+    assert empty.returncode == 2 and "operation_id must not be empty" in empty.stderr
+    missing = await durability_cli(
+        dev_server_address, "ledger", "skip", f"nobody-{unique}", "op-1", check=False
+    )
+    assert missing.returncode == 1 and f"no workflow 'ledger:nobody-{unique}'" in missing.stderr
 
 
 async def test_signal_variants_set_cancel_and_enqueue_by_signal_with_start(
