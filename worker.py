@@ -10,6 +10,9 @@ Settings (environment):
       worker versioning: both set turns on Worker Deployment versioning.
   DURABILITY_ENCRYPTION_KEY  base64 AES-256 key: encrypt every payload (see durability/codec.py).
   DURABILITY_LEDGER_URL      base URL of the built-in http_submit/http_query activities.
+  DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK
+      1 skips the startup check that the namespace has durability's search attributes
+      (default 0: a missing or mistyped one exits 2 with the commands that register it).
 """
 
 from __future__ import annotations
@@ -22,12 +25,17 @@ import sys
 from collections.abc import Mapping
 from datetime import timedelta
 
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from durability.connect import ConfigurationError, connect, task_queue
 from durability.registry import all_workflows, builtin_activities, workflow_runner
+from workflows import search_attributes
 
 log = logging.getLogger("durability.worker")
 
@@ -42,6 +50,7 @@ SETTINGS = (
     "DURABILITY_ENCRYPTION_KEY_ID",
     "DURABILITY_LEDGER_URL",
     "DURABILITY_LOG_LEVEL",
+    "DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK",
 )
 ENVCONFIG_SETTINGS = (
     "TEMPORAL_ADDRESS",
@@ -66,6 +75,77 @@ def _int_setting(env: Mapping[str, str], name: str, default: int, minimum: int =
     if value < minimum:
         raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+def _flag_setting(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "0")
+    if raw.strip().lower() in ("1", "true", "yes"):
+        return True
+    if raw.strip().lower() in ("", "0", "false", "no"):
+        return False
+    raise ConfigurationError(f"{name} must be 1 or 0, got {raw!r}")
+
+
+# Refusals that mean "you may not look" (e.g. a hosted namespace), not "it is missing".
+_NOT_PERMITTED = (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNIMPLEMENTED)
+
+
+def _cli_type(value_type: IndexedValueType.ValueType) -> str:
+    name = IndexedValueType.Name(value_type).removeprefix("INDEXED_VALUE_TYPE_")
+    return search_attributes.CLI_TYPE_NAMES.get(name, name.title().replace("_", ""))
+
+
+async def check_search_attributes(client: Client) -> None:
+    """Refuse to start when the namespace lacks the search attributes the workflows upsert.
+
+    Without them every schedule and ledger workflow task fails and retries forever; better
+    one clear line at startup. When the operator service may not be asked, warn and go on.
+    """
+    namespace = client.namespace
+    try:
+        response = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=namespace)
+        )
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            raise ConfigurationError(
+                f"TEMPORAL_NAMESPACE {namespace!r} does not exist on "
+                f"{client.service_client.config.target_host}: {error.message}"
+            ) from None
+        if error.status not in _NOT_PERMITTED:
+            raise
+        log.warning(
+            "cannot list search attributes of namespace %s (%s: %s); not checking that %s "
+            "are registered",
+            namespace,
+            error.status.name,
+            error.message,
+            ", ".join(key.name for key in search_attributes.ALL),
+        )
+        return
+    registered = dict(response.custom_attributes)
+    problems: list[str] = []
+    commands: list[str] = []
+    for key in search_attributes.ALL:
+        want = search_attributes.CLI_TYPE_NAMES[key.indexed_value_type.name]
+        create = (
+            f"temporal operator search-attribute create --namespace {namespace} "
+            f"--name {key.name} --type {want}"
+        )
+        if key.name not in registered:
+            problems.append(f"{key.name} ({want}) is missing")
+            commands.append(create)
+        elif (have := _cli_type(registered[key.name])) != want:
+            problems.append(f"{key.name} is {have}, needs {want}")
+            commands.append(
+                f"temporal operator search-attribute remove --namespace {namespace} "
+                f"--name {key.name} --yes && {create}"
+            )
+    if problems:
+        raise ConfigurationError(
+            f"namespace {namespace!r} search attributes: {'; '.join(problems)}; "
+            f"register them with: {' && '.join(commands)}"
+        )
 
 
 def _runtime(metrics_port: int) -> Runtime | None:
@@ -102,7 +182,10 @@ async def run_worker(env: Mapping[str, str] | None = None) -> None:
     drain = _int_setting(env, "DURABILITY_DRAIN_SECONDS", 30)
     metrics_port = _int_setting(env, "DURABILITY_METRICS_PORT", 9464)
     deployment = _deployment(env)
+    skip_check = _flag_setting(env, "DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK")
     client = await connect(env, runtime=_runtime(metrics_port))
+    if not skip_check:
+        await check_search_attributes(client)
     worker = Worker(
         client,
         task_queue=queue,

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shlex
 import signal
 import sys
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from temporalio.service import RPCError, RPCStatusCode
 
+import worker
 from durability.run import DEMO
 from tests.helpers import PROJECT_ROOT, eventually, run_command, subprocess_env, temporal
+from workflows import search_attributes
 
 
 async def start_worker_process(
@@ -70,6 +76,12 @@ async def test_worker_polls_its_task_queue_and_exits_zero_on_sigterm(
             "DURABILITY_DRAIN_SECONDS must be an integer, got 'soon'",
         ),
         ("DURABILITY_TASK_QUEUE", " ", "DURABILITY_TASK_QUEUE must not be empty"),
+        ("TEMPORAL_NAMESPACE", "nowhere", "TEMPORAL_NAMESPACE 'nowhere' does not exist on "),
+        (
+            "DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK",
+            "maybe",
+            "DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK must be 1 or 0, got 'maybe'",
+        ),
     ],
 )
 async def test_bad_setting_exits_nonzero_with_one_clear_line(
@@ -84,6 +96,128 @@ async def test_bad_setting_exits_nonzero_with_one_clear_line(
     assert len(lines) == 1, result.stderr
     assert expected in lines[0]
     assert "Traceback" not in result.stderr
+
+
+async def bare_namespace(address: str, unique: str) -> str:
+    """A new namespace on the session server: none of durability's search attributes."""
+    namespace = f"bare-{unique}"
+    await temporal(address, "operator", "namespace", "create", "--namespace", namespace)
+
+    async def visible() -> bool:
+        described = await temporal(
+            address, "operator", "search-attribute", "list", "--namespace", namespace,
+            check=False,
+        )  # fmt: skip
+        return described.returncode == 0
+
+    await eventually(visible, timeout=30, interval=0.5)
+    return namespace
+
+
+async def run_worker_to_exit(address: str, namespace: str) -> tuple[int, list[str]]:
+    env = subprocess_env(address, TEMPORAL_NAMESPACE=namespace)
+    result = await run_command(
+        [sys.executable, str(PROJECT_ROOT / "worker.py")], check=False, env=env
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.returncode, result.stderr.strip().splitlines()
+
+
+async def test_namespace_without_the_search_attributes_exits_two_naming_each_and_the_fix(
+    dev_server_address: str, unique: str
+) -> None:
+    namespace = await bare_namespace(dev_server_address, unique)
+    returncode, lines = await run_worker_to_exit(dev_server_address, namespace)
+    assert returncode == 2
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert line.startswith(f"durability worker: namespace '{namespace}' search attributes: ")
+    for key in search_attributes.ALL:
+        kind = search_attributes.CLI_TYPE_NAMES[key.indexed_value_type.name]
+        assert f"{key.name} ({kind}) is missing" in line
+        assert (
+            f"temporal operator search-attribute create --namespace {namespace} "
+            f"--name {key.name} --type {kind}"
+        ) in line
+
+    # The printed commands are the fix: run them, and the worker starts.
+    commands = line.split("register them with: ", 1)[1]
+    for command in commands.split(" && "):
+        argv = shlex.split(command)
+        assert argv[:4] == ["temporal", "operator", "search-attribute", "create"]
+        await temporal(dev_server_address, *argv[1:])
+    task_queue = f"tq-{unique}"
+    process = await start_worker_process(
+        dev_server_address, task_queue, TEMPORAL_NAMESPACE=namespace
+    )
+    try:
+
+        async def polled() -> list[dict[str, object]]:
+            described = await temporal(
+                dev_server_address, "task-queue", "describe", "--task-queue", task_queue,
+                "--namespace", namespace, "--output", "json",
+            )  # fmt: skip
+            return list(json.loads(described.stdout).get("pollers", []) or [])
+
+        assert await eventually(polled, timeout=30), "the worker never polled"
+    finally:
+        returncode, output = await stop_worker(process)
+    assert returncode == 0, output
+
+
+async def test_a_search_attribute_of_the_wrong_type_exits_two_and_the_skip_setting_starts(
+    dev_server_address: str, unique: str
+) -> None:
+    namespace = await bare_namespace(dev_server_address, unique)
+    for key in search_attributes.ALL:
+        kind = search_attributes.CLI_TYPE_NAMES[key.indexed_value_type.name]
+        if key is search_attributes.SCHEDULE_VERSION:
+            kind = "Keyword"
+        await temporal(
+            dev_server_address, "operator", "search-attribute", "create", "--namespace",
+            namespace, "--name", key.name, "--type", kind,
+        )  # fmt: skip
+    returncode, lines = await run_worker_to_exit(dev_server_address, namespace)
+    assert returncode == 2 and len(lines) == 1, lines
+    assert "DurabilityScheduleVersion is Keyword, needs Int" in lines[0]
+    assert "DurabilityObjectId" not in lines[0]
+    assert (
+        f"temporal operator search-attribute remove --namespace {namespace} "
+        "--name DurabilityScheduleVersion --yes && temporal operator search-attribute create "
+        f"--namespace {namespace} --name DurabilityScheduleVersion --type Int"
+    ) in lines[0]
+
+    process = await start_worker_process(
+        dev_server_address,
+        f"tq-{unique}",
+        TEMPORAL_NAMESPACE=namespace,
+        DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK="1",
+    )
+    assert process.stdout is not None
+    line = await asyncio.wait_for(process.stdout.readline(), timeout=30)
+    returncode, output = await stop_worker(process)
+    assert "worker polling task queue" in line.decode() + output, output
+    assert returncode == 0, output
+
+
+class _Refusing:
+    def __init__(self, status: RPCStatusCode) -> None:
+        self.status = status
+
+    async def list_search_attributes(self, request: Any) -> Any:
+        raise RPCError("not allowed here", self.status, b"")
+
+
+@pytest.mark.parametrize("status", [RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNIMPLEMENTED])
+async def test_a_namespace_that_may_not_be_asked_warns_and_goes_on(
+    status: RPCStatusCode, caplog: pytest.LogCaptureFixture
+) -> None:
+    client: Any = SimpleNamespace(namespace="hosted.acct", operator_service=_Refusing(status))
+    with caplog.at_level(logging.WARNING, logger="durability.worker"):
+        await worker.check_search_attributes(client)
+    [record] = caplog.records
+    assert "cannot list search attributes of namespace hosted.acct" in record.getMessage()
+    assert status.name in record.getMessage()
 
 
 async def test_workflow_started_with_temporal_cli_runs_on_the_worker_process(
