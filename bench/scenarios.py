@@ -347,6 +347,14 @@ async def ledger(ctx: Ctx) -> None:
         return
     if "activity_rate_32" not in r.values:
         await floors(ctx)
+    # compile as an activity (the default, any SDK may host it), then as a local activity on
+    # the ledger's own worker (`local_compile`, opt-in).
+    for label, extra in (("activity compile", {}), ("local_compile", {"local_compile": True})):
+        await _ledger_variant(ctx, label, extra)
+
+
+async def _ledger_variant(ctx: Ctx, label: str, extra: dict[str, Any]) -> None:
+    r = ctx.results
     count = 300 if ctx.quick else 1000
     ops = ledger_operations(count, 64, seed=7)
     names = {
@@ -361,6 +369,7 @@ async def ledger(ctx: Ctx) -> None:
         "submit_activity": "http_submit" if http else "bench_submit",
         "query_activity": "http_query" if http else "bench_query",
         "activity_task_queue": ctx.task_queue,
+        **extra,
     }
     ledger_id = f"bench-{uuid.uuid4().hex[:8]}"
     before_http = _AppliedHandler.requests_seen
@@ -392,14 +401,14 @@ async def ledger(ctx: Ctx) -> None:
     raw = r.values["activity_rate_32"]
     r.row(
         "ledger",
-        "operations resolved / enqueued",
+        f"{label}: operations resolved / enqueued",
         f"{resolved} / {count}",
         f"phases at the end {phases}; 64 canvases, seeded random deps, concurrency 32; "
         f"enqueue took {enqueued:.1f} s",
     )
     r.row(
         "ledger",
-        "ops/s (until the snapshot shows all resolved)",
+        f"{label}: ops/s (until the snapshot shows all resolved)",
         f"{rate:.1f}",
         f"{elapsed:.1f} s; snapshot polled every 0.5 s ({polls} queries); "
         f"{_AppliedHandler.requests_seen - before_http} HTTP requests to 127.0.0.1 "
@@ -408,7 +417,7 @@ async def ledger(ctx: Ctx) -> None:
     depth = critical_path(ops)
     r.row(
         "ledger",
-        "critical path (operations that must run one after another)",
+        f"{label}: critical path (operations that must run one after another)",
         str(depth),
         f"dependencies + per-canvas claims in sequence order; {elapsed * 1000 / depth:.0f} ms "
         "per step observed; even unbounded concurrency needs this many round trips",
@@ -416,11 +425,11 @@ async def ledger(ctx: Ctx) -> None:
     ratio = rate / raw if raw else float("nan")
     r.row(
         "ledger",
-        "ratio ops/s / raw 32-in-flight activity rate",
+        f"{label}: ratio ops/s / raw 32-in-flight activity rate",
         fmt_ratio(ratio),
         "goal >= 0.33: " + _verdict(ratio, ratio >= 0.33),
     )
-    r.values["ledger_rate"] = rate
+    r.values[f"ledger_rate {label}"] = rate
     # Cost per operation, from the ledger's and its requests' histories.
     try:
         parents = await cost.chain_histories(ctx.client, handle.id)
@@ -443,7 +452,7 @@ async def ledger(ctx: Ctx) -> None:
         total = parent.actions + per_child * len(child_ids)
         r.row(
             "cost",
-            "ledger: actions per operation",
+            f"ledger ({label}): actions per operation",
             f"{total / count:.1f}",
             f"parent {parent.actions:.0f} actions / {parent.events} events over {len(parents)} "
             f"run(s), {len(child_ids)} FrozenRequest children x {per_child:.1f} actions "
@@ -451,11 +460,11 @@ async def ledger(ctx: Ctx) -> None:
         )
         r.row(
             "cost",
-            "ledger: parent history events per operation",
+            f"ledger ({label}): parent history events per operation",
             f"{parent.events / count:.1f}",
             "parent actions by type: " + _top(parent.actions_by_type),
         )
-        r.values["ledger_actions_per_op"] = total / count
+        r.values[f"ledger_actions_per_op {label}"] = total / count
     except RPCError as error:
         r.note(f"ledger cost not measured: {error}")
     await _terminate([handle])
