@@ -6,6 +6,8 @@ before continuing as new the ledger hands its children over to `request_finished
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import random
 import threading
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import WorkflowTaskFailedCause
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
 from activities.ledger import ledger_activities
@@ -242,37 +244,47 @@ async def test_a_hand_over_that_arrives_while_the_request_completes_is_still_see
     came in during the task); the retried task sees the signal and reports by signal, to the
     ledger's next run, which holds no handle to the child."""
     in_final_task = threading.Event()
-    slowed = threading.Event()
+    handed_over = threading.Event()
     original = ledger_workflow.FrozenRequestWorkflow._reports_by_completion
 
-    def slow_decision(self: Any, input: Any) -> bool:
-        if not slowed.is_set():
-            slowed.set()
+    def held_decision(self: Any, input: Any) -> bool:
+        if not in_final_task.is_set():
             in_final_task.set()
-            time.sleep(1.2)  # blocks this workflow task only (under the 2 s deadlock limit)
+            # Block this workflow task (in its worker thread) until the hand-over signal has
+            # reached the child; at most 1.5 s, under the SDK's 2 s deadlock detection.
+            handed_over.wait(1.5)
         return original(self, input)
 
     monkeypatch.setattr(
-        ledger_workflow.FrozenRequestWorkflow, "_reports_by_completion", slow_decision
+        ledger_workflow.FrozenRequestWorkflow, "_reports_by_completion", held_decision
     )
 
     def applied_at_once(_method: str, _request_id: str, _count: int) -> Answer:
         return 200, {}, {"outcome": "applied"}
 
     with recording_server(applied_at_once) as server:
-        async with ledger_worker(client, task_queue, ledger_activities(server.base_url)):
+        activities = ledger_activities(server.base_url)
+        async with ledger_worker(client, task_queue, activities):
             config = http_input(continue_as_new_after_events=40)
             handle = await start_ledger(client, unique, task_queue, config)
             first_run = _first_run_id(handle)
             await enqueue(handle, intent("a", ["c1"]))
             await eventually(in_final_task.is_set, timeout=10)
-            # Grow the ledger's history past its limit while the child is mid-completion.
+            # Grow the ledger's history past its limit while the child is mid-completion,
+            # until the ledger's hand-over signal has been delivered to the child.
             first = client.get_workflow_handle(handle.id, run_id=first_run)
-            while (await first.describe()).status == WorkflowExecutionStatus.RUNNING:
-                try:
-                    await first.execute_update("hold", {}, result_type=str)
-                except RPCError:
-                    break  # that run has just continued as new
+            try:
+                while True:
+                    kinds = [_kind(e) async for e in first.fetch_history_events()]
+                    if "external_workflow_execution_signaled_event_attributes" in kinds:
+                        break
+                    if "signal_external_workflow_execution_initiated_event_attributes" in kinds:
+                        await asyncio.sleep(0.05)
+                        continue
+                    with contextlib.suppress(RPCError):  # a task refused (new events): again
+                        await first.execute_update("hold", {}, result_type=str)
+            finally:
+                handed_over.set()
             snap = await settled(client.get_workflow_handle(handle.id), timeout=30)
             request_id = operations(snap)["a"]["request_id"]
             child_id = f"request:{unique}:{request_id}"
