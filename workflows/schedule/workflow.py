@@ -83,9 +83,12 @@ REPORT_BY_SIGNAL = "durability.report_by_signal"
 # - refresh `DurabilityNextTickAt` only when the next tick moves earlier or more than
 #   NEXT_TICK_PUBLISH_SLACK_MS later than the published value, not on every tick (each upsert
 #   is a billed action and a visibility write).
-# The run learns its behaviour from its input, not from a patch of its own: a patch records
-# a marker and upserts TemporalChangeVersion (a visibility write) in every run.
 SCHEDULE_PATCH = "schedule-ack-by-completion"
+# The run's side: it acknowledges by completion when its input says so AND this patch holds.
+# Without the patch, a run an old worker executed (ignoring the new input field, so it
+# signalled its acknowledgement) would fail to replay on a new worker in a rolling upgrade
+# without worker versioning.
+RUN_PATCH = "run-ack-by-completion"
 NEXT_TICK_PUBLISH_SLACK_MS = 60_000
 # A run acknowledged by completion signals `run_settled` only when its outcome delivery
 # takes longer than this; a quick delivery settles and acknowledges it in one report.
@@ -553,7 +556,7 @@ class ScheduledRunWorkflow:
         self._emit("settled", **settled)
         settled_signal = RunSettled(scheduled_time=input.run.scheduled_time, outcome=outcome)
         acknowledged = RunAcknowledged(scheduled_time=input.run.scheduled_time)
-        if not input.acknowledge_by_completion:
+        if not (input.acknowledge_by_completion and workflow.patched(RUN_PATCH)):
             await self._signal_schedule(RUN_SETTLED_SIGNAL, settled_signal)
             acknowledged.dead_lettered = (dead_letter := await self._deliver(outcome)) is not None
             await self._signal_schedule(RUN_ACKNOWLEDGED_SIGNAL, acknowledged)
