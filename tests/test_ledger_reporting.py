@@ -38,8 +38,8 @@ from tests.test_ledger_workflow import (
     settled,
     start_ledger,
 )
+from workflows.handover import REPORT_BY_SIGNAL
 from workflows.ledger import workflow as ledger_workflow
-from workflows.ledger.workflow import REPORT_BY_SIGNAL_SIGNAL
 
 
 def _kind(event: HistoryEvent) -> str:
@@ -154,7 +154,7 @@ async def test_continue_as_new_hands_children_over_and_every_operation_resolves_
                 for rid, runs in children.items()
                 if _signals_sent(runs[0], "request_finished") == 1
                 and _signals_sent(runs[0], "request_progress") >= 1
-                and any(_signaled(e, REPORT_BY_SIGNAL_SIGNAL) for e in runs[0])
+                and any(_signaled(e, REPORT_BY_SIGNAL) for e in runs[0])
             )
             await record_history(client, f"request:{unique}:{replayed}", "request_handed_over")
     ops = operations(snap)
@@ -168,7 +168,7 @@ async def test_continue_as_new_hands_children_over_and_every_operation_resolves_
     assert set(applied_answers) == set(requests(snap))
     assert set(applied_answers.values()) == {1}
     assert len(parent_runs) >= 4
-    handed_over = sum(_signals_sent(run, REPORT_BY_SIGNAL_SIGNAL) for run in parent_runs)
+    handed_over = sum(_signals_sent(run, REPORT_BY_SIGNAL) for run in parent_runs)
     assert handed_over > 0
     by_signal = [
         rid for rid, runs in children.items() if _signals_sent(runs[-1], "request_finished") == 1
@@ -294,7 +294,7 @@ async def test_a_hand_over_that_arrives_while_the_request_completes_is_still_see
     assert operations(snap)["a"]["outcome"] == "applied"
     assert server.violations == []
     assert len(parent_runs) >= 2
-    assert _signals_sent(parent_runs[0], REPORT_BY_SIGNAL_SIGNAL) == 1
+    assert _signals_sent(parent_runs[0], REPORT_BY_SIGNAL) == 1
     # Nothing in the later runs awaits the child: its report came by signal.
     assert all(
         "child_workflow_execution_completed_event_attributes" not in map(_kind, run)

@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from workflows import SANDBOXED
+    from workflows.handover import REPORT_BY_SIGNAL, hand_over
     from workflows.ledger import (
         FROZEN_REQUEST_WORKFLOW,
         LEDGER_ID_PREFIX,
@@ -79,8 +80,6 @@ QUIET_BEFORE_CONTINUE_PATCH = "ledger-quiet-before-continue-as-new"
 REPORT_BY_COMPLETION_PATCH = "ledger-requests-report-by-completion"
 # In a FrozenRequest: the final report is the result, no `request_finished` signal.
 REQUEST_COMPLETION_PATCH = "request-reports-by-completion"
-# Ledger -> FrozenRequest: report the end by signal from now on (internal, not wire).
-REPORT_BY_SIGNAL_SIGNAL = "durability.report_by_signal"
 
 # Register these workflows with `durability.registry.workflow_runner()` (worker.py and the bench
 # do): without our packages passed through, the sandbox re-imports (and, without bytecode
@@ -221,28 +220,17 @@ class OperationLedgerWorkflow:
         return True
 
     async def _hand_over(self) -> None:
-        """Before continue-as-new: every child of this run reports its end by signal from now on.
-
-        The new run has no handle to await. A child that already closed cannot take the
-        signal; its completion event is on the way to this run, so wait for it here.
-        """
-        await asyncio.gather(*(self._hand_over_one(rid) for rid in sorted(self._by_completion)))
-        await workflow.wait_condition(workflow.all_handlers_finished)
-
-    async def _hand_over_one(self, request_id: str) -> None:
-        child = workflow.get_external_workflow_handle(
-            request_workflow_id(self._ledger_id, request_id)
+        """Before continue-as-new: every child of this run reports its end by signal from now
+        on (see `workflows.handover`)."""
+        workflow_ids = {
+            request_id: request_workflow_id(self._ledger_id, request_id)
+            for request_id in sorted(self._by_completion)
+        }
+        handed = await hand_over(
+            [(wid, self._children.get(request_id)) for request_id, wid in workflow_ids.items()]
         )
-        try:
-            await child.signal(REPORT_BY_SIGNAL_SIGNAL)
-        except FailureError as error:
-            if is_cancelled_exception(error):
-                raise
-            task = self._children.get(request_id)
-            if task is not None:
-                await workflow.wait_condition(task.done)
-            return
-        self._by_completion.discard(request_id)
+        self._by_completion -= {rid for rid, wid in workflow_ids.items() if wid in handed}
+        await workflow.wait_condition(workflow.all_handlers_finished)
 
     async def _wait_quiet(self) -> None:
         """Let in-flight attempts report before continuing as new (bounded: see `_quiet`)."""
@@ -618,7 +606,7 @@ class FrozenRequestWorkflow:
     def __init__(self) -> None:
         self._report_by_signal = False
 
-    @workflow.signal(name=REPORT_BY_SIGNAL_SIGNAL)
+    @workflow.signal(name=REPORT_BY_SIGNAL)
     def report_by_signal(self, raw: Any = None) -> None:
         """The ledger run that started this request continues as new: signal the end."""
         self._report_by_signal = True

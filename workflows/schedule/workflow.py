@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.opentelemetry.workflow import completed_span
 
     from workflows import SANDBOXED, search_attributes
+    from workflows.handover import REPORT_BY_SIGNAL, hand_over
     from workflows.schedule import cron
     from workflows.schedule.core import (
         InvalidRequest,
@@ -75,7 +76,6 @@ with workflow.unsafe.imports_passed_through():
 # Internal signals between a schedule and its runs (not part of the wire contract).
 RUN_SETTLED_SIGNAL = "durability.run_settled"
 RUN_ACKNOWLEDGED_SIGNAL = "durability.run_acknowledged"
-REPORT_BY_SIGNAL = "durability.report_by_signal"
 # Schedules that recorded this patch (histories from before it carry no marker):
 # - start runs with `acknowledge_by_completion`: a run's completion is its acknowledgement
 #   and its outcome delivery overlaps the `run_settled` signal; the schedule hands its runs
@@ -299,20 +299,14 @@ class DurabilityScheduleWorkflow:
         self._acknowledge(scheduled_time)
 
     async def _hand_over_runs(self) -> None:
-        """Before continuing as new, which loses the child handles: tell every run this
-        workflow still watches to acknowledge by signal. A run that already closed cannot take
-        the signal, but its completion is on its way to this run: wait for it."""
-
-        async def hand_over(scheduled_time: int, watch: asyncio.Task[None]) -> None:
-            run = workflow.get_external_workflow_handle(
-                run_workflow_id(self._object_id, scheduled_time)
-            )
-            try:
-                await run.signal(REPORT_BY_SIGNAL)
-            except (FailureError, ApplicationError):
-                await watch
-
-        await asyncio.gather(*(hand_over(t, w) for t, w in list(self._watches.items())))
+        """Before continuing as new: every run this workflow still watches acknowledges by
+        signal from now on (see `workflows.handover`)."""
+        await hand_over(
+            [
+                (run_workflow_id(self._object_id, scheduled_time), watch)
+                for scheduled_time, watch in list(self._watches.items())
+            ]
+        )
 
     def _publish(self) -> None:
         """Upsert the search attributes that changed, and the UI's current details."""
