@@ -93,7 +93,9 @@ async def test_a_request_reports_by_completing_without_a_signal(
 
     with recording_server(applied_at_once) as server:
         async with ledger_worker(client, task_queue, ledger_activities(server.base_url)):
-            handle = await start_ledger(client, unique, task_queue, http_input())
+            handle = await start_ledger(
+                client, unique, task_queue, http_input(report_by_completion=True)
+            )
             await enqueue(handle, intent("a", ["c1"]), intent("b", ["c1"], ["a"]))
             snap = await settled(handle)
             request_a = operations(snap)["a"]["request_id"]
@@ -137,7 +139,9 @@ async def test_continue_as_new_hands_children_over_and_every_operation_resolves_
         graph.append(intent(f"op{n}", [f"c{n % 24}"], deps))
     with recording_server(answer) as server:
         async with ledger_worker(client, task_queue, ledger_activities(server.base_url)):
-            config = http_input(concurrency=16, continue_as_new_after_events=60)
+            config = http_input(
+                concurrency=16, continue_as_new_after_events=60, report_by_completion=True
+            )
             handle = await start_ledger(client, unique, task_queue, config)
             first_run = _first_run_id(handle)
             await enqueue(handle, *graph)
@@ -206,7 +210,7 @@ async def test_a_handed_over_request_keeps_reporting_by_signal_across_its_contin
 
     with recording_server(slow) as server:
         async with ledger_worker(client, task_queue, ledger_activities(server.base_url)):
-            config = http_input(continue_as_new_after_events=30)
+            config = http_input(continue_as_new_after_events=30, report_by_completion=True)
             handle = await start_ledger(client, unique, task_queue, config)
             await enqueue(handle, intent("a", ["c1"]), intent("b", ["c2"]))
             snap = await settled(handle, timeout=60)
@@ -265,7 +269,7 @@ async def test_a_hand_over_that_arrives_while_the_request_completes_is_still_see
     with recording_server(applied_at_once) as server:
         activities = ledger_activities(server.base_url)
         async with ledger_worker(client, task_queue, activities):
-            config = http_input(continue_as_new_after_events=40)
+            config = http_input(continue_as_new_after_events=40, report_by_completion=True)
             handle = await start_ledger(client, unique, task_queue, config)
             first_run = _first_run_id(handle)
             await enqueue(handle, intent("a", ["c1"]))

@@ -63,6 +63,11 @@ class LedgerConfig(BaseModel):
     # themselves (`compile` written in Python and hosted with the ledger): keep it off when
     # compile runs on another task queue or in another SDK.
     local_compile: bool = False
+    # Not part of the wire contract, experimental, off: requests report their end by
+    # completing instead of by the `request_finished` signal. The long chaos run
+    # (`python -m bench.chaos`) found a replay nondeterminism with it on
+    # (docs/incidents/2026-11-30-ledger-nondeterminism.md), so new ledgers use the signal.
+    report_by_completion: bool = False
 
 
 class OperationIntent(BaseModel):

@@ -78,6 +78,7 @@ QUIET_BEFORE_CONTINUE_PATCH = "ledger-quiet-before-continue-as-new"
 # Children of a run with this patch report their end by completing (`report_by_completion`),
 # and the run hands them over to signal reporting before continuing as new.
 REPORT_BY_COMPLETION_PATCH = "ledger-requests-report-by-completion"
+REPORT_BY_COMPLETION_OFF_PATCH = "ledger-requests-report-by-completion-off"
 # In a FrozenRequest: the final report is the result, no `request_finished` signal.
 REQUEST_COMPLETION_PATCH = "request-reports-by-completion"
 
@@ -148,7 +149,12 @@ class OperationLedgerWorkflow:
                 self._recovery_error, type="LedgerRecoveryConflict", non_retryable=True
             )
         workflow.upsert_search_attributes([LEDGER_ID.value_set(self._ledger_id)])
-        self._report_by_completion = workflow.patched(REPORT_BY_COMPLETION_PATCH)
+        # Ledgers from before REPORT_BY_COMPLETION_OFF_PATCH ran with it on; new ones only
+        # when their input asks (see LedgerConfig.report_by_completion).
+        self._report_by_completion = workflow.patched(REPORT_BY_COMPLETION_PATCH) and (
+            self._config.report_by_completion
+            or not workflow.patched(REPORT_BY_COMPLETION_OFF_PATCH)
+        )
         while True:
             await workflow.wait_condition(
                 lambda: self._wake or self._final is not None or self._ready_to_continue()
@@ -177,10 +183,15 @@ class OperationLedgerWorkflow:
     def _not_carried(self) -> set[str]:
         """Config fields the next run's input leaves out (it re-applies their defaults).
 
-        `local_compile` is left out while off, so a run continued by an upgraded worker still
-        starts on a worker that does not know the field yet (a rolling upgrade).
+        `local_compile` and `report_by_completion` are left out while off, so a run continued by
+        an upgraded worker still starts on a worker that does not know them yet (a rolling
+        upgrade).
         """
-        return {"ledger_id"} if self._config.local_compile else {"ledger_id", "local_compile"}
+        left_out = {"ledger_id"}
+        for optional in ("local_compile", "report_by_completion"):
+            if not getattr(self._config, optional):
+                left_out.add(optional)
+        return left_out
 
     def _history_due(self) -> bool:
         info = workflow.info()
