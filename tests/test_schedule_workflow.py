@@ -383,23 +383,15 @@ async def test_continue_as_new_keeps_in_flight_runs_and_duplicates_nothing(
         if event.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
     }
     completed_in_first = {
-        int(
-            event.child_workflow_execution_completed_event_attributes.workflow_execution.workflow_id.rsplit(
-                ":", 1
-            )[1]
-        )
-        for event in history.events
-        if event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED
+        _scheduled_time_of(e.child_workflow_execution_completed_event_attributes)
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED
     }
     handed_over = {
-        int(
-            event.signal_external_workflow_execution_initiated_event_attributes.workflow_execution.workflow_id.rsplit(
-                ":", 1
-            )[1]
-        )
-        for event in history.events
-        if event.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
-        and event.signal_external_workflow_execution_initiated_event_attributes.signal_name
+        _scheduled_time_of(e.signal_external_workflow_execution_initiated_event_attributes)
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+        and e.signal_external_workflow_execution_initiated_event_attributes.signal_name
         == "durability.report_by_signal"
     }
     carried = started_by_first - completed_in_first
@@ -531,3 +523,8 @@ async def test_a_slow_outcome_delivery_frees_the_slot_before_the_outcome_is_deli
         await eventually(_no_runs_left(handle), timeout=30)
     assert first_delivered == 0, "the second run started only after the first was delivered"
     assert [run["scheduled_time"] for run, _, _ in recorder.delivered()].count(first) == 1
+
+
+def _scheduled_time_of(attributes: Any) -> int:
+    """The scheduled time in a run's workflow ID (`schedule-run:<object_id>:<time>`)."""
+    return int(attributes.workflow_execution.workflow_id.rsplit(":", 1)[1])
