@@ -34,10 +34,16 @@ KNOWN_OUTCOMES = frozenset({"applied", "rejected", "accepted", "unresolved"})
 
 @activity.defn(name="compile")
 async def compile_passthrough(intent: dict[str, Any], request_id: str) -> dict[str, Any]:
-    """Freeze the intent as is: canvases from participants, payload unchanged."""
+    """Freeze the intent as is: canvases from participants, payload unchanged.
+
+    The result names the operation and request it was compiled for; the ledger checks them
+    before it freezes anything.
+    """
     payload = intent.get("payload")
     expected: Any = payload.get("expected_versions") if isinstance(payload, dict) else None
     return {
+        "operation_id": intent.get("id"),
+        "request_id": request_id,
         "kind": intent.get("operation_type"),
         "payload": payload,
         "canvas_ids": sorted(set(intent.get("participants") or [])),

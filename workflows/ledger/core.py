@@ -55,6 +55,10 @@ from workflows.ledger.models import (
 MISSING_PARTICIPANTS = "missing_participants"
 PARTICIPANT_MISMATCH = "participant_mismatch"
 INVALID_COMPILE_RESULT = "invalid_compile_result"
+# A compile result whose `operation_id` / `request_id` names another operation or request.
+COMPILE_RESULT_MISMATCH = "compile_result_mismatch"
+# Keys a compile activity may return to name what it compiled; checked, not frozen.
+COMPILE_ECHO_KEYS = frozenset({"operation_id", "request_id"})
 INTERPRETER_UNAVAILABLE = "request_interpreter_unavailable"
 SKIPPED = "skipped"
 # Blockers `resume` leaves alone: the intent itself would have to change.
@@ -301,13 +305,18 @@ def freeze(
         block_compile(state, op_id, f"{INVALID_COMPILE_RESULT}: {problem}")
         return "blocked"
     assert isinstance(compiled, dict)
+    mismatch = _echo_mismatch(compiled, op_id, request_id)
+    if mismatch is not None:
+        block_compile(state, op_id, COMPILE_RESULT_MISMATCH)
+        record.error = mismatch
+        return "blocked"
     canvas_ids = sorted(set(compiled.get("canvas_ids", [])))
     if canvas_ids != participants:
         block_compile(state, op_id, PARTICIPANT_MISMATCH)
         record.error = f"compiled canvas_ids {canvas_ids} != participants {participants}"
         return "blocked"
     protocol_version = compiled.get("protocol_version", intent.protocol_version)
-    body: dict[str, Any] = dict(compiled)
+    body: dict[str, Any] = {k: v for k, v in compiled.items() if k not in COMPILE_ECHO_KEYS}
     body.update(
         id=request_id,
         ledger_id=state.ledger_id,
@@ -339,6 +348,16 @@ def freeze(
         )
         return "blocked"
     return "launch"
+
+
+def _echo_mismatch(compiled: dict[str, Any], op_id: str, request_id: str) -> str | None:
+    """A compile result that names its operation or request must name the ones it was
+    asked for: a result delivered to the wrong operation is never frozen."""
+    echoed = {"operation_id": op_id, "request_id": request_id}
+    for key, expected in echoed.items():
+        if key in compiled and compiled[key] != expected:
+            return f"compile result for {key} {compiled[key]!r} delivered to {expected!r}"
+    return None
 
 
 def _compile_result_problem(compiled: Any) -> str | None:
@@ -607,6 +626,14 @@ def recover(state: LedgerState) -> None:
 
 
 # ---------------------------------------------------------------- views
+
+
+def phase_counts(state: LedgerState) -> dict[str, int]:
+    """How many operations are in each phase (only phases that have some)."""
+    counts: dict[str, int] = {}
+    for record in state.operations.values():
+        counts[record.phase] = counts.get(record.phase, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def snapshot(state: LedgerState) -> dict[str, Any]:

@@ -63,11 +63,6 @@ class LedgerConfig(BaseModel):
     # themselves (`compile` written in Python and hosted with the ledger): keep it off when
     # compile runs on another task queue or in another SDK.
     local_compile: bool = False
-    # Not part of the wire contract, experimental, off: requests report their end by
-    # completing instead of by the `request_finished` signal. The long chaos run
-    # (`python -m bench.chaos`) found a replay nondeterminism with it on
-    # (docs/incidents/2026-11-30-ledger-nondeterminism.md), so new ledgers use the signal.
-    report_by_completion: bool = False
 
 
 class OperationIntent(BaseModel):
@@ -188,14 +183,7 @@ class LedgerInput(LedgerConfig):
 
 
 class FrozenRequestInput(BaseModel):
-    """Start input of a `FrozenRequest` child: the frozen body and where its loop resumes.
-
-    `report_by_completion` (internal): the ledger run that starts the child awaits it and reads
-    its final report from its result, so the child sends no `request_finished` signal. That
-    run hands the child over to signal reporting (`durability.report_by_signal`) before it
-    continues as new; a handed-over child continues as new with it False. False (inputs from
-    older ledgers, handed-over loops): the final report is signalled.
-    """
+    """Start input of a `FrozenRequest` child: the frozen body and where its loop resumes."""
 
     ledger_id: str
     request: dict[str, Any]
@@ -208,7 +196,6 @@ class FrozenRequestInput(BaseModel):
     activity_task_queue: str | None = None
     retry: RetryConfig = Field(default_factory=RetryConfig)
     activity_timeout_ms: int = 30_000
-    report_by_completion: bool = False
 
 
 class RequestReport(BaseModel):

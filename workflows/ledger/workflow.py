@@ -5,14 +5,14 @@ results and child reports into it, and turns its plans into activities and child
 
 - Event history is the ledger: the compile activity's result and the frozen request are in
   history/state before the `FrozenRequest` child (which alone sends anything) starts (L6).
-- Each `FrozenRequest` owns its submit/query loop on durable timers (L7, L8). It reports
-  non-final attempts to `ledger:<ledger_id>` by signal (`request_progress`; no run ID, so it
-  reaches the current run after continue-as-new) and its final report by completing: the
-  ledger run that started it awaits its result. Continue-as-new loses those child handles, so
-  before it the ledger hands every child it started over to signal reporting
-  (`durability.report_by_signal`): those children, and every loop they continue into, report
-  the end with the `request_finished` signal instead. Children are started with parent-close
-  policy ABANDON: continue-as-new never terminates a request in flight.
+- Each `FrozenRequest` owns its submit/query loop on durable timers (L7, L8). It reports to
+  `ledger:<ledger_id>` by signal (`request_progress` for non-final attempts, `request_finished`
+  for the end; no run ID, so a report reaches the current run after continue-as-new).
+  Children are started with parent-close policy ABANDON: continue-as-new never terminates a
+  request in flight. The ledger run that started a child also awaits its completion, only to
+  notice a child that ended without reporting (failed, terminated).
+- A workflow task that applies a completion which changes the ledger's state always sends a
+  command (`workflows.barrier`), so an update is never folded into that task by a cold worker.
 - With `local_compile`, compile is a local activity: its result (a marker) is recorded in the
   same workflow task completion that starts the request's child (L6).
 - Signals and updates share names (`enqueue`, `release`, `resume`, `skip`); a bad signal is
@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from workflows import SANDBOXED
-    from workflows.handover import REPORT_BY_SIGNAL, hand_over
+    from workflows.barrier import record_progress
     from workflows.ledger import (
         FROZEN_REQUEST_WORKFLOW,
         LEDGER_ID_PREFIX,
@@ -75,12 +75,6 @@ CHILD_START_TRIES = 60
 # Before continue-as-new, wait this long at most for attempts in flight to report (`_quiet`).
 QUIET_BEFORE_CONTINUE = timedelta(seconds=1)
 QUIET_BEFORE_CONTINUE_PATCH = "ledger-quiet-before-continue-as-new"
-# Children of a run with this patch report their end by completing (`report_by_completion`),
-# and the run hands them over to signal reporting before continuing as new.
-REPORT_BY_COMPLETION_PATCH = "ledger-requests-report-by-completion"
-REPORT_BY_COMPLETION_OFF_PATCH = "ledger-requests-report-by-completion-off"
-# In a FrozenRequest: the final report is the result, no `request_finished` signal.
-REQUEST_COMPLETION_PATCH = "request-reports-by-completion"
 
 # Register these workflows with `durability.registry.workflow_runner()` (worker.py and the bench
 # do): without our packages passed through, the sandbox re-imports (and, without bytecode
@@ -132,9 +126,6 @@ class OperationLedgerWorkflow:
             self._recovery_error = str(error)
         self._compiles: dict[str, asyncio.Task[None]] = {}
         self._children: dict[str, asyncio.Task[None]] = {}
-        # Requests whose child (started by this run) reports its end by completing.
-        self._by_completion: set[str] = set()
-        self._report_by_completion = False
         self._starting: set[str] = set()
         self._wake = True
         self._final: dict[str, Any] | None = None
@@ -149,12 +140,6 @@ class OperationLedgerWorkflow:
                 self._recovery_error, type="LedgerRecoveryConflict", non_retryable=True
             )
         workflow.upsert_search_attributes([LEDGER_ID.value_set(self._ledger_id)])
-        # Ledgers from before REPORT_BY_COMPLETION_OFF_PATCH ran with it on; new ones only
-        # when their input asks (see LedgerConfig.report_by_completion).
-        self._report_by_completion = workflow.patched(REPORT_BY_COMPLETION_PATCH) and (
-            self._config.report_by_completion
-            or not workflow.patched(REPORT_BY_COMPLETION_OFF_PATCH)
-        )
         while True:
             await workflow.wait_condition(
                 lambda: self._wake or self._final is not None or self._ready_to_continue()
@@ -163,8 +148,6 @@ class OperationLedgerWorkflow:
                 break
             if self._ready_to_continue():
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                if self._by_completion and self._final is None:
-                    await self._hand_over()
                 if not self._quiet() and workflow.patched(QUIET_BEFORE_CONTINUE_PATCH):
                     await self._wait_quiet()
                 if self._final is None and self._ready_to_continue():
@@ -183,14 +166,12 @@ class OperationLedgerWorkflow:
     def _not_carried(self) -> set[str]:
         """Config fields the next run's input leaves out (it re-applies their defaults).
 
-        `local_compile` and `report_by_completion` are left out while off, so a run continued by
-        an upgraded worker still starts on a worker that does not know them yet (a rolling
-        upgrade).
+        `local_compile` is left out while off, so a run continued by an upgraded worker still
+        starts on a worker that does not know it yet (a rolling upgrade).
         """
         left_out = {"ledger_id"}
-        for optional in ("local_compile", "report_by_completion"):
-            if not getattr(self._config, optional):
-                left_out.add(optional)
+        if not self._config.local_compile:
+            left_out.add("local_compile")
         return left_out
 
     def _history_due(self) -> bool:
@@ -229,19 +210,6 @@ class OperationLedgerWorkflow:
             if request.retry_at is None or request.retry_at <= now:
                 return False  # mid-attempt
         return True
-
-    async def _hand_over(self) -> None:
-        """Before continue-as-new: every child of this run reports its end by signal from now
-        on (see `workflows.handover`)."""
-        workflow_ids = {
-            request_id: request_workflow_id(self._ledger_id, request_id)
-            for request_id in sorted(self._by_completion)
-        }
-        handed = await hand_over(
-            [(wid, self._children.get(request_id)) for request_id, wid in workflow_ids.items()]
-        )
-        self._by_completion -= {rid for rid, wid in workflow_ids.items() if wid in handed}
-        await workflow.wait_condition(workflow.all_handlers_finished)
 
     async def _wait_quiet(self) -> None:
         """Let in-flight attempts report before continuing as new (bounded: see `_quiet`)."""
@@ -296,10 +264,13 @@ class OperationLedgerWorkflow:
         finally:
             self._compiles.pop(op_id, None)
             self._wake = True
+        verdict = "stale"
         if compiled is not None or op_id in self._state.compiling:
             verdict = core.freeze(self._state, self._config, op_id, request_id, compiled)
-            if verdict == "launch":
-                self._launch(request_id)
+        if verdict == "launch":
+            self._launch(request_id)  # its child's start is this task's command
+        else:
+            self._record_progress()  # a blocked compile changes state and sends nothing else
 
     def _launch(self, request_id: str) -> None:
         previous = self._children.get(request_id)
@@ -310,56 +281,62 @@ class OperationLedgerWorkflow:
         try:
             if previous is not None:
                 await workflow.wait_condition(previous.done)
-            request = self._state.requests[request_id]
-            child_input = FrozenRequestInput(
-                ledger_id=self._ledger_id,
-                request=request.body,
-                next_action=request.retry_action,
-                attempt=request.attempt,
-                launch=request.launch,
-                not_before=request.retry_at,
-                submit_activity=self._config.submit_activity,
-                query_activity=self._config.query_activity,
-                activity_task_queue=self._config.activity_task_queue,
-                retry=self._config.retry,
-                report_by_completion=self._report_by_completion,
-            )
-            self._starting.add(request_id)
-            try:
-                handle = await self._start_child(request_id, child_input)
-            finally:
-                self._starting.discard(request_id)
-            if handle is None:
-                core.request_interrupted(
-                    self._state, request_id, "request_workflow_already_running", stopped=False
-                )
-                return
-            if child_input.report_by_completion:
-                self._by_completion.add(request_id)
-            try:
-                result = await handle
-            except ChildWorkflowError as error:
-                if self._children.get(request_id) is not me:
-                    return  # an earlier loop of a request relaunched since (resume)
-                # Cancelled: only `stop` cancels a request. Failed: blocked until resume.
-                cancelled = is_cancelled_exception(error)
-                reason = "stopped" if cancelled else f"request_workflow_failed: {error.cause}"
-                core.request_interrupted(
-                    self._state, request_id, reason, stopped=cancelled or self._state.stopped
-                )
-                return
-            try:
-                core.record_finished(self._state, RequestReport.model_validate(result))
-            except ValidationError:
-                workflow.logger.warning("request %s returned %r", request_id, result)
+            await self._request_lifetime(request_id, me)
         except asyncio.CancelledError:
             core.request_interrupted(self._state, request_id, "stopped", stopped=True)
             raise
         finally:
             if self._children.get(request_id) is me:
                 del self._children[request_id]
-                self._by_completion.discard(request_id)
             self._wake = True
+        # A request's end (or its child's) changes what the ledger decides next.
+        self._record_progress()
+
+    async def _request_lifetime(self, request_id: str, me: asyncio.Task[Any] | None) -> None:
+        """Start the request's child and wait for its end (reported by signal, or a failure)."""
+        request = self._state.requests[request_id]
+        child_input = FrozenRequestInput(
+            ledger_id=self._ledger_id,
+            request=request.body,
+            next_action=request.retry_action,
+            attempt=request.attempt,
+            launch=request.launch,
+            not_before=request.retry_at,
+            submit_activity=self._config.submit_activity,
+            query_activity=self._config.query_activity,
+            activity_task_queue=self._config.activity_task_queue,
+            retry=self._config.retry,
+        )
+        self._starting.add(request_id)
+        try:
+            handle = await self._start_child(request_id, child_input)
+        finally:
+            self._starting.discard(request_id)
+        if handle is None:
+            core.request_interrupted(
+                self._state, request_id, "request_workflow_already_running", stopped=False
+            )
+            return
+        try:
+            result = await handle
+        except ChildWorkflowError as error:
+            if self._children.get(request_id) is not me:
+                return  # an earlier loop of a request relaunched since (resume)
+            # Cancelled: only `stop` cancels a request. Failed: blocked until resume.
+            cancelled = is_cancelled_exception(error)
+            reason = "stopped" if cancelled else f"request_workflow_failed: {error.cause}"
+            core.request_interrupted(
+                self._state, request_id, reason, stopped=cancelled or self._state.stopped
+            )
+            return
+        try:
+            core.record_finished(self._state, RequestReport.model_validate(result))
+        except ValidationError:
+            workflow.logger.warning("request %s returned %r", request_id, result)
+
+    def _record_progress(self) -> None:
+        """See `workflows.barrier`: this workflow task sends a command, the status memo."""
+        record_progress(core.phase_counts(self._state))
 
     async def _start_child(
         self, request_id: str, child_input: FrozenRequestInput
@@ -610,17 +587,8 @@ class FrozenRequestWorkflow:
     """Submit, then query, one frozen request until it resolves or blocks (L7-L10).
 
     The request body never changes; every call carries it whole, with its idempotency key.
-    The final report is the result; it is also signalled (`request_finished`) unless the
-    input says `report_by_completion` and no `durability.report_by_signal` arrived.
+    Every report goes to the ledger by signal; the final report is also the result.
     """
-
-    def __init__(self) -> None:
-        self._report_by_signal = False
-
-    @workflow.signal(name=REPORT_BY_SIGNAL)
-    def report_by_signal(self, raw: Any = None) -> None:
-        """The ledger run that started this request continues as new: signal the end."""
-        self._report_by_signal = True
 
     @workflow.run
     async def run(self, input: FrozenRequestInput) -> dict[str, Any]:
@@ -659,8 +627,7 @@ class FrozenRequestWorkflow:
                     next_action=step.next_action,
                     launch=input.launch,
                 )
-                if not self._reports_by_completion(input):
-                    await self._tell(ledger, "request_finished", report)
+                await self._tell(ledger, "request_finished", report)
                 return report.model_dump(mode="json")
             progress = RequestReport(
                 request_id=request_id,
@@ -683,18 +650,8 @@ class FrozenRequestWorkflow:
                     "next_action": action,
                     "attempt": attempt,
                     "not_before": None,
-                    "report_by_completion": input.report_by_completion
-                    and not self._report_by_signal,
                 }
             )
-        )
-
-    def _reports_by_completion(self, input: FrozenRequestInput) -> bool:
-        """The ledger run that started this loop awaits its result (and was not handed over)."""
-        return (
-            input.report_by_completion
-            and not self._report_by_signal
-            and workflow.patched(REQUEST_COMPLETION_PATCH)
         )
 
     async def _tell(

@@ -19,7 +19,6 @@ and register it instead of `DurabilityScheduleWorkflow`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -42,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.opentelemetry.workflow import completed_span
 
     from workflows import SANDBOXED, search_attributes
+    from workflows.barrier import record_progress
     from workflows.handover import REPORT_BY_SIGNAL, hand_over
     from workflows.schedule import cron
     from workflows.schedule.core import (
@@ -195,14 +195,20 @@ class DurabilityScheduleWorkflow:
             raise ApplicationError(
                 self._input_error, type="InvalidScheduleInput", non_retryable=True
             )
+        timer_fired = False
         while True:
             self._dirty = False
-            self._step(_now_ms())
+            started = self._step(_now_ms())
             if self._should_continue_as_new():
                 break
             wake_at = self._core.next_wake_at()
+            if timer_fired and not started and wake_at is None:
+                # The tick's timer fired and this task starts nothing and sets no new timer,
+                # yet the tick may have queued a run: see workflows.barrier.
+                self._record_progress()
             timeout = None if wake_at is None else timedelta(milliseconds=wake_at - _now_ms())
-            with contextlib.suppress(TimeoutError):
+            timer_fired = False
+            try:
                 await workflow.wait_condition(
                     lambda: self._dirty or self._should_continue_as_new(),
                     timeout=timeout,
@@ -210,6 +216,8 @@ class DurabilityScheduleWorkflow:
                     if wake_at is None
                     else f"next tick {_iso(wake_at)}",
                 )
+            except TimeoutError:
+                timer_fired = True
         await workflow.wait_condition(
             lambda: (
                 not self._starts and not self._lifecycle.tasks and workflow.all_handlers_finished()
@@ -223,7 +231,8 @@ class DurabilityScheduleWorkflow:
         )
         workflow.continue_as_new(carried.model_dump(mode="json"))
 
-    def _step(self, now: int) -> None:
+    def _step(self, now: int) -> bool:
+        """Tick if due and start what the free slots allow; returns whether a run started."""
         due = self._core.tick(now)
         startable = self._core.take_startable()
         if due is not None:
@@ -233,6 +242,7 @@ class DurabilityScheduleWorkflow:
             self._starts.add(task)
             task.add_done_callback(self._starts.discard)
         self._publish()
+        return bool(startable)
 
     def _should_continue_as_new(self) -> bool:
         info = workflow.info()
@@ -277,6 +287,7 @@ class DurabilityScheduleWorkflow:
             )
             self._core.forget(run.scheduled_time)
             self._dirty = True
+            self._record_progress(refused=run.scheduled_time)
 
     async def _watch_run(
         self,
@@ -297,6 +308,13 @@ class DurabilityScheduleWorkflow:
             )
         self._settle(scheduled_time, result.outcome)
         self._acknowledge(scheduled_time)
+        # A run's end frees a slot and forgets the run: decision state. See workflows.barrier.
+        self._record_progress(acknowledged=scheduled_time)
+
+    def _record_progress(self, **extra: int) -> None:
+        running = self._core.running_count()
+        queued = sum(1 for run in self._core.state.runs.values() if run.state == RunStatus.QUEUED)
+        record_progress({"running": running, "queued": queued, **extra})
 
     async def _hand_over_runs(self) -> None:
         """Before continuing as new: every run this workflow still watches acknowledges by
