@@ -27,6 +27,7 @@ from tests.cold_worker import (
 from tests.helpers import eventually
 
 YEARLY = "0 0 1 1 *"
+Step = Callable[[WorkflowHandle[Any, Any], ScheduleActivities], Awaitable[None]]
 DAY_MS = 86_400_000
 
 
@@ -78,12 +79,13 @@ async def settle_signal(handle: WorkflowHandle[Any, Any], acts: ScheduleActiviti
     await wait_for_applied(
         handle,
         "WORKFLOW_EXECUTION_SIGNALED",
-        lambda e: e.workflow_execution_signaled_event_attributes.signal_name
-        == "durability.run_settled",
+        lambda e: (
+            e.workflow_execution_signaled_event_attributes.signal_name == "durability.run_settled"
+        ),
     )
 
 
-COMPLETIONS: dict[str, Callable[[WorkflowHandle[Any, Any], ScheduleActivities], Awaitable[None]]] = {
+COMPLETIONS: dict[str, Step] = {
     "run_completion": run_completion,
     "lifecycle_completion": lifecycle_completion,
     "tick_while_busy": tick_while_busy,
@@ -149,7 +151,7 @@ async def backfill(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -
     acts.expected.extend(times)  # delivered by the end of the test
 
 
-MESSAGES: dict[str, Callable[[WorkflowHandle[Any, Any], ScheduleActivities], Awaitable[None]]] = {
+MESSAGES: dict[str, Step] = {
     "set_update": set_update,
     "set_signal": set_signal,
     "cancel_update": cancel_update,
