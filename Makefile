@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint typecheck pytest bench browser clean
+.PHONY: setup run test lint typecheck pytest pytest-cacheless bench browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,7 +32,14 @@ typecheck: $(STAMP)
 pytest: $(STAMP) browser
 	$(PY) -m pytest -q
 
-test: lint typecheck pytest
+# The tests that send every message, once more on workers that cache no workflow: every
+# workflow task is replayed from the first event, as on a worker that just started.
+CACHELESS_TESTS := tests/test_schedule_workflow.py tests/test_schedule_pause_trigger_backfill.py \
+	tests/test_ledger_workflow.py tests/test_ledger_local_compile.py
+pytest-cacheless: $(STAMP)
+	DURABILITY_TEST_MAX_CACHED_WORKFLOWS=0 $(PY) -m pytest -q $(CACHELESS_TESTS)
+
+test: lint typecheck pytest pytest-cacheless
 
 # Side-by-side benchmarks (durability vs native Schedules and the server's floors); see bench/README.md.
 bench: $(STAMP)

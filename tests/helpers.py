@@ -20,6 +20,15 @@ from durability.devserver import temporal_cli
 from durability.registry import all_workflows, builtin_activities, workflow_runner
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# `make test` runs the tests that send every message once more with this set to 0: a worker
+# that caches nothing replays every workflow task from the first event (a cold worker).
+CACHE_SIZE_ENV = "DURABILITY_TEST_MAX_CACHED_WORKFLOWS"
+
+
+def cache_options() -> dict[str, Any]:
+    """Worker options for the suite's cache mode (see CACHE_SIZE_ENV)."""
+    value = os.environ.get(CACHE_SIZE_ENV)
+    return {} if value is None else {"max_cached_workflows": int(value)}
 
 
 @asynccontextmanager
@@ -31,6 +40,7 @@ async def running_worker(
 ) -> AsyncIterator[Worker]:
     """An in-process worker with every workflow and the given (default: built-in) activities."""
     worker_options.setdefault("workflow_runner", workflow_runner())
+    worker_options = {**cache_options(), **worker_options}
     worker = Worker(
         client,
         task_queue=task_queue,

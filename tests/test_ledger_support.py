@@ -19,6 +19,7 @@ from temporalio.worker import Worker
 
 from activities.ledger import ledger_activities
 from durability.registry import workflow_runner
+from tests.helpers import cache_options
 from workflows.ledger.workflow import FrozenRequestWorkflow, OperationLedgerWorkflow
 
 Answer = tuple[int, dict[str, str], Any]
@@ -161,6 +162,7 @@ async def ledger_worker(
         workflows=[OperationLedgerWorkflow, FrozenRequestWorkflow],
         workflow_runner=workflow_runner(),
         activities=activities if activities is not None else ledger_activities(base_url),
+        **cache_options(),
     )
     async with worker:
         yield worker

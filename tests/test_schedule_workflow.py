@@ -19,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from durability.registry import workflow_runner
-from tests.helpers import eventually, temporal
+from tests.helpers import cache_options, eventually, temporal
 from workflows import search_attributes
 from workflows.schedule.workflow import DurabilityScheduleWorkflow, ScheduledRunWorkflow
 
@@ -89,6 +89,7 @@ async def schedule_worker(
         workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
         activities=[recorder.run, recorder.on_outcome, recorder.lifecycle],
         workflow_runner=workflow_runner(),
+        **cache_options(),
     ) as worker:
         yield worker
 
