@@ -6,6 +6,11 @@ Settings (environment):
   DURABILITY_TASK_QUEUE      task queue to poll (default "durability").
   DURABILITY_METRICS_PORT    Prometheus /metrics port (default 9464; 0 disables).
   DURABILITY_DRAIN_SECONDS   how long SIGTERM/SIGINT waits for running activities (default 30).
+  DURABILITY_MAX_CACHED_WORKFLOWS
+      workflows kept in memory between their tasks (default 1000; 0 caches none, so every
+      workflow task replays the history from its first event: slower, never less correct).
+  DURABILITY_MAX_CONCURRENT_WORKFLOW_TASKS   workflow tasks run at once (default 100, >= 1).
+  DURABILITY_MAX_CONCURRENT_ACTIVITIES       activities run at once (default 100, >= 1).
   DURABILITY_DEPLOYMENT_NAME, DURABILITY_BUILD_ID
       worker versioning: both set turns on Worker Deployment versioning.
   DURABILITY_ENCRYPTION_KEY  base64 AES-256 key: encrypt every payload (see durability/codec.py).
@@ -23,6 +28,7 @@ import os
 import signal
 import sys
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 
 from temporalio.api.enums.v1 import IndexedValueType
@@ -44,6 +50,9 @@ SETTINGS = (
     "DURABILITY_TASK_QUEUE",
     "DURABILITY_METRICS_PORT",
     "DURABILITY_DRAIN_SECONDS",
+    "DURABILITY_MAX_CACHED_WORKFLOWS",
+    "DURABILITY_MAX_CONCURRENT_WORKFLOW_TASKS",
+    "DURABILITY_MAX_CONCURRENT_ACTIVITIES",
     "DURABILITY_DEPLOYMENT_NAME",
     "DURABILITY_BUILD_ID",
     "DURABILITY_ENCRYPTION_KEY",
@@ -75,6 +84,28 @@ def _int_setting(env: Mapping[str, str], name: str, default: int, minimum: int =
     if value < minimum:
         raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+@dataclass(frozen=True)
+class WorkerTuning:
+    """The cache size and task concurrency settings (`Worker` options of the same names)."""
+
+    max_cached_workflows: int
+    max_concurrent_workflow_tasks: int
+    max_concurrent_activities: int
+
+
+def worker_tuning(env: Mapping[str, str]) -> WorkerTuning:
+    """Read the tuning settings; a bad value raises ConfigurationError naming it."""
+    return WorkerTuning(
+        max_cached_workflows=_int_setting(env, "DURABILITY_MAX_CACHED_WORKFLOWS", 1000),
+        max_concurrent_workflow_tasks=_int_setting(
+            env, "DURABILITY_MAX_CONCURRENT_WORKFLOW_TASKS", 100, minimum=1
+        ),
+        max_concurrent_activities=_int_setting(
+            env, "DURABILITY_MAX_CONCURRENT_ACTIVITIES", 100, minimum=1
+        ),
+    )
 
 
 def _flag_setting(env: Mapping[str, str], name: str) -> bool:
@@ -181,6 +212,7 @@ async def run_worker(env: Mapping[str, str] | None = None) -> None:
     queue = task_queue(env)
     drain = _int_setting(env, "DURABILITY_DRAIN_SECONDS", 30)
     metrics_port = _int_setting(env, "DURABILITY_METRICS_PORT", 9464)
+    tuning = worker_tuning(env)
     deployment = _deployment(env)
     skip_check = _flag_setting(env, "DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK")
     client = await connect(env, runtime=_runtime(metrics_port))
@@ -194,17 +226,21 @@ async def run_worker(env: Mapping[str, str] | None = None) -> None:
         workflow_runner=workflow_runner(),
         graceful_shutdown_timeout=timedelta(seconds=drain),
         deployment_config=deployment,
+        max_cached_workflows=tuning.max_cached_workflows,
+        max_concurrent_workflow_tasks=tuning.max_concurrent_workflow_tasks,
+        max_concurrent_activities=tuning.max_concurrent_activities,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     log.info(
-        "worker polling task queue %r on %s (namespace %s), metrics port %s",
+        "worker polling task queue %r on %s (namespace %s), metrics port %s, %s",
         queue,
         client.service_client.config.target_host,
         client.namespace,
         metrics_port or "off",
+        ", ".join(f"{name}={value}" for name, value in asdict(tuning).items()),
     )
     async with worker:
         await stop.wait()

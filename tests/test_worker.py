@@ -50,7 +50,11 @@ async def test_worker_polls_its_task_queue_and_exits_zero_on_sigterm(
     dev_server_address: str, task_queue: str
 ) -> None:
     process = await start_worker_process(
-        dev_server_address, task_queue, DURABILITY_DRAIN_SECONDS="5"
+        dev_server_address,
+        task_queue,
+        DURABILITY_DRAIN_SECONDS="5",
+        DURABILITY_MAX_CACHED_WORKFLOWS="0",
+        DURABILITY_MAX_CONCURRENT_ACTIVITIES="7",
     )
     try:
         found = await eventually(lambda: pollers(dev_server_address, task_queue), timeout=30)
@@ -59,6 +63,16 @@ async def test_worker_polls_its_task_queue_and_exits_zero_on_sigterm(
         returncode, output = await stop_worker(process)
     assert returncode == 0, output
     assert "worker stopped" in output
+    assert (
+        "max_cached_workflows=0, max_concurrent_workflow_tasks=100, max_concurrent_activities=7"
+        in output
+    )
+
+
+def test_worker_tuning_defaults() -> None:
+    assert worker.worker_tuning({}) == worker.WorkerTuning(
+        max_cached_workflows=1000, max_concurrent_workflow_tasks=100, max_concurrent_activities=100
+    )
 
 
 @pytest.mark.parametrize(
@@ -76,6 +90,21 @@ async def test_worker_polls_its_task_queue_and_exits_zero_on_sigterm(
             "DURABILITY_DRAIN_SECONDS must be an integer, got 'soon'",
         ),
         ("DURABILITY_TASK_QUEUE", " ", "DURABILITY_TASK_QUEUE must not be empty"),
+        (
+            "DURABILITY_MAX_CACHED_WORKFLOWS",
+            "-1",
+            "DURABILITY_MAX_CACHED_WORKFLOWS must be >= 0, got -1",
+        ),
+        (
+            "DURABILITY_MAX_CONCURRENT_WORKFLOW_TASKS",
+            "0",
+            "DURABILITY_MAX_CONCURRENT_WORKFLOW_TASKS must be >= 1, got 0",
+        ),
+        (
+            "DURABILITY_MAX_CONCURRENT_ACTIVITIES",
+            "many",
+            "DURABILITY_MAX_CONCURRENT_ACTIVITIES must be an integer, got 'many'",
+        ),
         ("TEMPORAL_NAMESPACE", "nowhere", "TEMPORAL_NAMESPACE 'nowhere' does not exist on "),
         (
             "DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK",
