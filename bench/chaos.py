@@ -62,6 +62,8 @@ def table(report: ChaosReport) -> str:
         ("frozen requests", report.requests),
         ("submits / queries", f"{report.submits} / {report.queries}"),
         ("submits/queries cut by a kill (caller gone)", report.ledger_calls_cut),
+        ("updates sent at once after a worker restart", report.updates_after_restarts),
+        ("workflow executions checked for failed tasks", report.workflow_executions),
     ]
     rows += [(f"violations: {name}", count) for name, count in report.counts().items()]
     width = max(len(name) for name, _ in rows)

@@ -30,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 
@@ -510,6 +511,10 @@ class ChaosConfig:
     run_heartbeat_timeout_ms: int = 2000
     slow_run_rate: float = 0.5  # share of runs the recorder answers after 0.3-1.5 s
     ledger_sleep_s: tuple[float, float] = (0.2, 1.0)  # each submit/query stays in flight
+    # After every restart of a worker, at once: `trigger` this many schedules and `resume`
+    # this many ledgers (the workflows it ran are picked up by cold workers).
+    poke_schedules: int = 3
+    poke_ledgers: int = 2
     seed: int = 0
 
 
@@ -533,6 +538,8 @@ class ChaosReport:
     queries: int = 0
     ledger_calls_cut: int = 0
     same_request_overlaps: int = 0
+    updates_after_restarts: int = 0
+    workflow_executions: int = 0
     elapsed_s: float = 0.0
     violations: dict[str, list[str]] = field(default_factory=dict)
 
@@ -551,6 +558,8 @@ class ChaosReport:
             f"ops={self.ops}",
             f"requests={self.requests}",
             f"ledger_calls_cut={self.ledger_calls_cut}",
+            f"updates_after_restarts={self.updates_after_restarts}",
+            f"executions_checked={self.workflow_executions}",
         ]
         figures += [f"{name}={count}" for name, count in self.counts().items()]
         return "chaos: " + " ".join(figures)
@@ -679,10 +688,15 @@ async def run_chaos(config: ChaosConfig, directory: Path, log: Log = _quiet) -> 
         feeding = asyncio.create_task(
             _feed_ledgers(durability, plan, ledger_options, config.window_s * 0.85, log)
         )
-        chaos = asyncio.create_task(_chaos(config, rng, fleet, server, stop_chaos, log))
+        pokes = Pokes(temporal, object_ids, list(plan), config, rng, log)
+        chaos = asyncio.create_task(
+            _chaos(config, rng, fleet, server, stop_chaos, log, after_revive=pokes.start)
+        )
         await asyncio.sleep(config.window_s)
         stop_chaos.set()
         await chaos
+        await pokes.finish()
+        report.updates_after_restarts = pokes.sent
         await feeding
         fleet.revive()
         log(f"window over: {fleet.kills} kills, {server.restarts} server restart(s); settling")
@@ -700,6 +714,8 @@ async def run_chaos(config: ChaosConfig, directory: Path, log: Log = _quiet) -> 
         )
         settled = await _settle(durability, object_ids, list(plan), config, fleet, log)
         await _check(report, recorder, temporal, durability, prefix, object_ids, plan, settled)
+        report.violations["updates_refused"] = pokes.refused
+        report.violations["failed_workflow_tasks"] = await _failed_workflow_tasks(temporal, report)
         report.kills = fleet.kills
         report.unexpected_worker_exits = fleet.unexpected_exits
         report.server_restarts = server.restarts
@@ -746,9 +762,10 @@ async def _chaos(
     server: DevServer,
     stop: asyncio.Event,
     log: Log,
+    after_revive: Callable[[], None] = lambda: None,
 ) -> None:
-    """SIGKILL a random live worker every few seconds and start it again; restart the dev
-    server once, in the middle of the window."""
+    """SIGKILL a random live worker every few seconds and start it again (then call
+    `after_revive` at once); restart the dev server once, in the middle of the window."""
     began = time.monotonic()
     restart_at = began + config.window_s * config.server_restart_at
     restarted = False
@@ -764,11 +781,93 @@ async def _chaos(
             log(f"t={time.monotonic() - began:5.1f}s SIGKILL worker {victim}")
             await asyncio.sleep(rng.uniform(*config.restart_after_s))
         fleet.revive()
+        after_revive()
         if not restarted and time.monotonic() >= restart_at:
             restarted = True
             log(f"t={time.monotonic() - began:5.1f}s restarting the dev server")
             await server.restart()
             log(f"t={time.monotonic() - began:5.1f}s dev server back")
+
+
+class Pokes:
+    """Updates sent at once after each worker restart: `trigger` on a few schedules and
+    `resume` on a few ledgers. An update that is refused, or never answered within a minute
+    of retries (through the server restart), is a violation."""
+
+    def __init__(
+        self,
+        temporal: Client,
+        object_ids: list[str],
+        ledger_ids: list[str],
+        config: ChaosConfig,
+        rng: random.Random,
+        log: Log,
+    ) -> None:
+        self._temporal = temporal
+        self._object_ids = object_ids
+        self._ledger_ids = ledger_ids
+        self._config = config
+        self._rng = rng
+        self._log = log
+        self._tasks: list[asyncio.Task[None]] = []
+        self.sent = 0
+        self.refused: list[str] = []
+
+    def start(self) -> None:
+        targets = [
+            (f"schedule:{o}", "trigger")
+            for o in self._rng.sample(
+                self._object_ids, min(self._config.poke_schedules, len(self._object_ids))
+            )
+        ] + [
+            (f"ledger:{ledger}", "resume")
+            for ledger in self._rng.sample(
+                self._ledger_ids, min(self._config.poke_ledgers, len(self._ledger_ids))
+            )
+        ]
+        for workflow_id, update in targets:
+            self._tasks.append(asyncio.create_task(self._send(workflow_id, update)))
+
+    async def _send(self, workflow_id: str, update: str) -> None:
+        handle = self._temporal.get_workflow_handle(workflow_id)
+        self.sent += 1
+        try:
+            await retrying(
+                lambda: handle.execute_update(update, {}),
+                f"{update} {workflow_id}",
+                timeout=60,
+                attempt_s=20,
+                log=self._log,
+            )
+        except RuntimeError as error:
+            self.refused.append(f"{update} {workflow_id}: {error}")
+
+    async def finish(self) -> None:
+        await asyncio.gather(*self._tasks)
+
+
+async def _failed_workflow_tasks(temporal: Client, report: ChaosReport) -> list[str]:
+    """Every WORKFLOW_TASK_FAILED event, of any cause, in every execution on the server."""
+    executions = [
+        (execution.id, execution.run_id) async for execution in temporal.list_workflows("")
+    ]
+    report.workflow_executions = len(executions)
+    limit = asyncio.Semaphore(16)
+    failed: list[str] = []
+
+    async def scan(workflow_id: str, run_id: str) -> None:
+        async with limit:
+            handle = temporal.get_workflow_handle(workflow_id, run_id=run_id)
+            async for event in handle.fetch_history_events():
+                if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                    attributes = event.workflow_task_failed_event_attributes
+                    failed.append(
+                        f"{workflow_id} event {event.event_id}: cause {attributes.cause}: "
+                        f"{attributes.failure.message[:200]}"
+                    )
+
+    await asyncio.gather(*(scan(workflow_id, run_id) for workflow_id, run_id in executions))
+    return sorted(failed)
 
 
 @dataclass
@@ -875,6 +974,7 @@ async def _check(
     violations: dict[str, list[str]] = {
         "runs_twice": [],
         "lost_outcomes": [],
+        "outcomes_dead_lettered": [],
         "outcome_changed": [],
         "killed_not_interrupted": [],
         "runs_not_acknowledged": [],
@@ -921,6 +1021,8 @@ async def _check(
             report.interrupted += 1
         if not result.get("delivered"):
             report.dead_lettered += 1
+            # With this error rate and these attempts a dead letter means a lost outcome.
+            violations["outcomes_dead_lettered"].append(f"{key}: {result}")
         elif not delivered:
             violations["lost_outcomes"].append(f"{key}: delivered but no outcome POST answered")
         sent = {_canonical(o.body.get("outcome")) for o in outcomes.get(key, [])}

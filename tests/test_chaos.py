@@ -27,4 +27,6 @@ async def test_fleet_survives_worker_kills_and_a_server_restart(tmp_path: Path) 
     assert report.server_restarts == 1
     assert report.runs > 0 and report.ops == SUITE.operations
     assert report.killed_mid_run > 0, "no kill landed mid-run: the chaos did not bite"
+    assert report.updates_after_restarts >= report.kills, report.summary_line()
+    assert report.workflow_executions > report.runs, report.summary_line()
     assert not any(report.counts().values()), report.failures()

@@ -663,3 +663,23 @@ async def test_skip_is_validated_and_also_accepted_as_a_signal(
     ops = operations(snap)
     assert (ops["orphan"]["outcome"], ops["orphan"]["error"]) == ("skipped", "no canvas")
     assert ops["child"]["outcome"] == "applied"  # dependents treat skipped as resolved
+
+
+async def test_bad_start_input_fails_the_ledger_once_naming_the_field(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    async with ledger_worker(client, task_queue):
+        handle = await client.start_workflow(
+            "OperationLedger",
+            {"concurrency": 0, "report_by_completion": True},
+            id=f"ledger:{unique}",
+            task_queue=task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidLedgerInput"
+    assert "concurrency: Input should be greater than or equal to 1 (got 0)" in cause.message
+    assert "report_by_completion: Extra inputs are not permitted" in cause.message
+    events = [event async for event in handle.fetch_history_events()]
+    assert not any(e.HasField("workflow_task_failed_event_attributes") for e in events)

@@ -110,8 +110,15 @@ class OperationLedgerWorkflow:
     """One ledger per `ledger_id` (L1): records intents and drives them to frozen requests."""
 
     @workflow.init
-    def __init__(self, input: LedgerInput | None = None) -> None:
-        start = input or LedgerInput()
+    def __init__(self, input: Any = None) -> None:
+        # Validated here, not by the converter: a start input that fails to decode would fail
+        # every workflow task; this way the ledger fails once, naming the field.
+        self._input_error: str | None = None
+        try:
+            start = LedgerInput.model_validate(input or {})
+        except ValidationError as error:
+            self._input_error = core.format_validation_error("OperationLedger input", error)
+            start = LedgerInput()
         workflow_id = workflow.info().workflow_id
         default_id = workflow_id.removeprefix(LEDGER_ID_PREFIX)
         self._config = LedgerConfig.model_validate(
@@ -133,8 +140,10 @@ class OperationLedgerWorkflow:
     # ------------------------------------------------------------ main loop
 
     @workflow.run
-    async def run(self, input: LedgerInput | None = None) -> dict[str, Any]:
+    async def run(self, input: Any = None) -> dict[str, Any]:
         """Pump until stopped; continue-as-new when history grows (L14)."""
+        if self._input_error is not None:
+            raise ApplicationError(self._input_error, type="InvalidLedgerInput", non_retryable=True)
         if self._recovery_error is not None:
             raise ApplicationError(
                 self._recovery_error, type="LedgerRecoveryConflict", non_retryable=True
