@@ -261,6 +261,8 @@ def test_freeze_records_the_exact_request_before_anything_is_sent() -> None:
         ({"canvas_ids": "c1"}, "invalid_compile_result: canvas_ids must be a list"),
         ({"canvas_ids": ["c1"], "expected_versions": {"c1": "3"}}, "invalid_compile_result"),
         ("nope", "invalid_compile_result: expected an object"),
+        ({"canvas_ids": ["c1"], "operation_id": "b"}, "compile_result_mismatch"),
+        ({"canvas_ids": ["c1"], "request_id": "r2"}, "compile_result_mismatch"),
     ],
 )
 def test_bad_compile_results_block_the_operation_and_free_its_canvases(
@@ -277,6 +279,24 @@ def test_bad_compile_results_block_the_operation_and_free_its_canvases(
     # resume re-examines it: back to pending, compiled again under a new request ID.
     core.resume(state, config)
     assert state.operations["a"].phase == "pending"
+
+
+def test_a_compile_result_naming_its_own_operation_and_request_freezes_without_them() -> None:
+    state = fresh(intent("a", ["c1"]))
+    core.begin_dispatch(state, "a", "r1")
+    compiled = {**passthrough(state, "a"), "operation_id": "a", "request_id": "r1"}
+    assert core.freeze(state, LedgerConfig(), "a", "r1", compiled) == "launch"
+    body = state.requests["r1"].body
+    assert "operation_id" not in body and "request_id" not in body
+    assert (body["id"], body["operation_ids"]) == ("r1", ["a"])
+
+
+def test_a_compile_result_for_another_operation_says_which() -> None:
+    state = fresh(intent("a", ["c1"]), intent("b", ["c2"]))
+    core.begin_dispatch(state, "a", "r1")
+    compiled = {**passthrough(state, "a"), "operation_id": "b"}
+    assert core.freeze(state, LedgerConfig(), "a", "r1", compiled) == "blocked"
+    assert state.operations["a"].error == "compile result for operation_id 'b' delivered to 'a'"
 
 
 def test_compile_error_blocks_with_its_message() -> None:
