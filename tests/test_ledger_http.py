@@ -115,6 +115,8 @@ async def test_compile_passes_the_intent_through() -> None:
         "protocol_version": 2,
     }
     assert await compile_passthrough(intent, "req-9") == {
+        "operation_id": "a",
+        "request_id": "req-9",
         "kind": "shape.update",
         "payload": {"expected_versions": {"c1": 3}, "shape": 9},
         "canvas_ids": ["c1", "c2"],

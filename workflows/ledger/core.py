@@ -32,18 +32,22 @@ Choices where the seed is silent:
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workflows.ledger.models import (
+    MAX_BATCH_BYTES,
+    MAX_PAYLOAD_BYTES,
     EnqueueInput,
     EnqueueResult,
     LedgerConfig,
     LedgerState,
     OperationIntent,
+    OperationPhase,
     OperationRecord,
     RequestAction,
     RequestRecord,
@@ -55,6 +59,14 @@ from workflows.ledger.models import (
 MISSING_PARTICIPANTS = "missing_participants"
 PARTICIPANT_MISMATCH = "participant_mismatch"
 INVALID_COMPILE_RESULT = "invalid_compile_result"
+# The carried state's budget: well under Temporal's 2 MB payload limit (see check_budget).
+STATE_BUDGET_BYTES = 1024 * 1024
+# A frozen body may be at most this much larger than twice its intent (see freeze).
+BODY_SLACK_BYTES = 4096
+# Errors recorded on an operation are cut to this many characters.
+MAX_ERROR_LENGTH = 500
+# A request's last submit/query status is kept whole up to this size (see bounded_status).
+MAX_STATUS_BYTES = 1024
 # A compile result whose `operation_id` / `request_id` names another operation or request.
 COMPILE_RESULT_MISMATCH = "compile_result_mismatch"
 # Keys a compile activity may return to name what it compiled; checked, not frozen.
@@ -102,9 +114,50 @@ def parse_enqueue(raw: Any) -> EnqueueInput:
             f'invalid enqueue input: expected {{"operations": [...]}}, got {raw!r:.80}'
         )
     try:
-        return EnqueueInput.model_validate(raw)
+        batch = EnqueueInput.model_validate(raw)
     except ValidationError as error:
         raise LedgerInputError(format_validation_error("enqueue input", error)) from None
+    total = 0
+    for index, intent in enumerate(batch.operations):
+        size = len(json.dumps(intent.payload, separators=(",", ":")))
+        if size > MAX_PAYLOAD_BYTES:
+            raise LedgerInputError(
+                f"invalid enqueue input: operations.{index}.payload is {size} bytes as JSON, "
+                f"more than the limit of {MAX_PAYLOAD_BYTES}"
+            )
+        total += json_size(intent)
+    if total > MAX_BATCH_BYTES:
+        raise LedgerInputError(
+            f"invalid enqueue input: the batch is {total} bytes as JSON, more than the limit "
+            f"of {MAX_BATCH_BYTES}: split it"
+        )
+    return batch
+
+
+def json_size(model: Any) -> int:
+    """Bytes of a model (or the state) as JSON, as it is carried and sent."""
+    return len(model.model_dump_json())
+
+
+def check_budget(state: LedgerState, batch: EnqueueInput) -> None:
+    """Refuse a batch that would take the carried state past STATE_BUDGET_BYTES. Each new
+    intent is counted twice: its frozen body, later, is about its size (see `freeze`)."""
+    new = [i for i in batch.operations if not is_known(state, i.id)]
+    if not new:
+        return
+    current = json_size(state)
+    added = 2 * sum(json_size(intent) for intent in new)
+    if current + added > STATE_BUDGET_BYTES:
+        raise LedgerInputError(
+            f"ledger is full: its state is {current} bytes and these {len(new)} operations "
+            f"need about {added} more, over the budget of {STATE_BUDGET_BYTES}; enqueue again "
+            "once operations resolve"
+        )
+
+
+def is_known(state: LedgerState, op_id: str) -> bool:
+    """An operation in the state, or resolved and still remembered (a duplicate if sent)."""
+    return op_id in state.operations or op_id in state.forgotten
 
 
 def check_enqueue(state: LedgerState, batch: EnqueueInput) -> None:
@@ -117,7 +170,7 @@ def check_enqueue(state: LedgerState, batch: EnqueueInput) -> None:
                 f"operations.{first_index[intent.id]}.id in the same batch"
             )
         first_index[intent.id] = index
-    new = {i.id: i for i in batch.operations if i.id not in state.operations}
+    new = {i.id: i for i in batch.operations if not is_known(state, i.id)}
     cycle = _find_cycle(state, new)
     if cycle:
         raise LedgerInputError(
@@ -169,6 +222,7 @@ def validate_enqueue(state: LedgerState, raw: Any) -> EnqueueInput:
         raise LedgerInputError("ledger is stopped: enqueue refused")
     batch = parse_enqueue(raw)
     check_enqueue(state, batch)
+    check_budget(state, batch)
     return batch
 
 
@@ -177,7 +231,7 @@ def enqueue(state: LedgerState, batch: EnqueueInput) -> EnqueueResult:
     accepted: list[str] = []
     duplicates: list[str] = []
     for intent in batch.operations:
-        if intent.id in state.operations:
+        if is_known(state, intent.id):
             duplicates.append(intent.id)
             continue
         state.operations[intent.id] = OperationRecord(intent=intent, sequence=state.next_sequence)
@@ -213,7 +267,10 @@ def is_ready(state: LedgerState, record: OperationRecord) -> bool:
         return False
     for dependency in record.intent.dependencies:
         known = state.operations.get(dependency)
-        if known is None or known.phase != "resolved":
+        if known is None:
+            if dependency not in state.forgotten:
+                return False
+        elif known.phase != "resolved":
             return False
     return True
 
@@ -316,6 +373,16 @@ def freeze(
         record.error = f"compiled canvas_ids {canvas_ids} != participants {participants}"
         return "blocked"
     protocol_version = compiled.get("protocol_version", intent.protocol_version)
+    body_limit = 2 * json_size(intent) + BODY_SLACK_BYTES
+    body_size = len(json.dumps(compiled, separators=(",", ":"), default=str))
+    if body_size > body_limit:
+        block_compile(
+            state,
+            op_id,
+            f"{INVALID_COMPILE_RESULT}: {body_size} bytes, more than twice its intent plus "
+            f"{BODY_SLACK_BYTES} ({body_limit})",
+        )
+        return "blocked"
     body: dict[str, Any] = {k: v for k, v in compiled.items() if k not in COMPILE_ECHO_KEYS}
     body.update(
         id=request_id,
@@ -479,7 +546,7 @@ def record_progress(state: LedgerState, report: RequestReport) -> bool:
     request.attempt = report.attempt
     request.retry_at = report.retry_at
     request.retry_action = report.next_action
-    request.last_status = report.status
+    request.last_status = bounded_status(report.status)
     return True
 
 
@@ -490,7 +557,7 @@ def record_finished(state: LedgerState, report: RequestReport) -> bool:
         return False
     request.attempt = report.attempt
     request.retry_action = report.next_action
-    request.last_status = report.status
+    request.last_status = bounded_status(report.status)
     request.retry_at = None
     status = normalize_status(report.status)
     if report.phase == "resolved":
@@ -500,7 +567,7 @@ def record_finished(state: LedgerState, report: RequestReport) -> bool:
             record = state.operations[op_id]
             record.phase = "resolved"
             record.outcome = status.outcome
-            record.error = status.error
+            record.error = None if status.error is None else status.error[:MAX_ERROR_LENGTH]
             record.blockers = []
         return True
     reason = status.error or "blocked"
@@ -560,6 +627,8 @@ def resume(state: LedgerState, config: LedgerConfig) -> list[str]:
 def check_skip(state: LedgerState, op_id: str) -> OperationRecord:
     """A skip is allowed for a known operation that is pending or blocked and not in flight."""
     record = state.operations.get(op_id)
+    if record is None and op_id in state.forgotten:
+        raise LedgerInputError(f"invalid skip input: operation {op_id!r} is already resolved")
     if record is None:
         raise LedgerInputError(f"invalid skip input: operation_id {op_id!r} is not known")
     if record.phase == "resolved":
@@ -636,14 +705,63 @@ def phase_counts(state: LedgerState) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def snapshot(state: LedgerState) -> dict[str, Any]:
-    """The `snapshot` query: operations and requests in sequence order, claims, holds."""
+SNAPSHOT_PAGE_DEFAULT = 200
+SNAPSHOT_PAGE_MAX = 300
+
+
+class SnapshotQuery(BaseModel):
+    """Arguments of the `snapshot` query (all optional): operations in `phase`, with a
+    sequence greater than `after` (the previous page's `next_after`), at most `limit`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    phase: OperationPhase | None = None
+    after: int | None = None
+    limit: int = Field(default=SNAPSHOT_PAGE_DEFAULT, ge=1, le=SNAPSHOT_PAGE_MAX)
+
+
+def parse_snapshot_query(raw: Any) -> SnapshotQuery:
+    try:
+        return SnapshotQuery.model_validate(raw or {})
+    except ValidationError as error:
+        raise LedgerInputError(format_validation_error("snapshot query", error)) from None
+
+
+def counts(state: LedgerState) -> dict[str, Any]:
+    """Operations and requests per phase, and how many resolved IDs are remembered."""
+    requests: Counter[str] = Counter(q.phase for q in state.requests.values())
+    return {
+        "operations": phase_counts(state),
+        "requests": dict(sorted(requests.items())),
+        "forgotten": len(state.forgotten),
+    }
+
+
+def snapshot(state: LedgerState, query: SnapshotQuery | None = None) -> dict[str, Any]:
+    """The `snapshot` query: one page of operations in sequence order with their requests,
+    the counts per phase, claims and holds. `next_after` is the cursor of the next page."""
+    query = query or SnapshotQuery()
+    matching = (
+        r
+        for r in state.operations.values()
+        if (query.phase is None or r.phase == query.phase)
+        and (query.after is None or r.sequence > query.after)
+    )
+    page: list[OperationRecord] = []
+    more = False
+    for record in matching:
+        if len(page) == query.limit:
+            more = True
+            break
+        page.append(record)
+    request_ids = {r.request_id for r in page if r.request_id is not None}
     return {
         "ledger_id": state.ledger_id,
         "stopped": state.stopped,
         "held": bool(state.holds),
         "holds": len(state.holds),
         "dropped_signals": state.dropped_signals,
+        "counts": counts(state),
         "operations": [
             {
                 "id": r.intent.id,
@@ -655,8 +773,9 @@ def snapshot(state: LedgerState) -> dict[str, Any]:
                 "outcome": r.outcome,
                 "error": r.error,
             }
-            for r in state.operations.values()
+            for r in page
         ],
+        "next_after": page[-1].sequence if more else None,
         "requests": [
             {
                 "id": q.id,
@@ -670,9 +789,53 @@ def snapshot(state: LedgerState) -> dict[str, Any]:
                 "last_status": q.last_status,
             }
             for q in state.requests.values()
+            if q.id in request_ids
         ],
         "claims": dict(state.claims),
     }
+
+
+def compact(state: LedgerState, config: LedgerConfig) -> list[str]:
+    """Keep the carried state bounded: resolved operations keep no intent payload, their
+    requests no body; past `retention.resolved_operations` the oldest (by sequence) leave
+    the state with their requests and are remembered by ID only, up to
+    `retention.remembered_ids`. Returns the IDs that left."""
+    retention = config.retention
+    resolved = [r for r in state.operations.values() if r.phase == "resolved"]
+    for record in resolved:
+        intent = record.intent
+        if intent.payload is not None or intent.participants or intent.dependencies:
+            record.intent = OperationIntent(id=intent.id, operation_type=intent.operation_type)
+    for request in state.requests.values():
+        if request.phase == "resolved" and request.body:
+            request.body = {}
+    leaving = resolved[: max(0, len(resolved) - retention.resolved_operations)]
+    for record in leaving:
+        del state.operations[record.intent.id]
+        state.forgotten[record.intent.id] = record.outcome or ""
+        retired = state.requests.get(record.request_id or "")
+        if (
+            retired is not None
+            and retired.phase == "resolved"
+            and not any(op in state.operations for op in retired.operation_ids)
+        ):
+            del state.requests[retired.id]
+    while len(state.forgotten) > retention.remembered_ids:
+        del state.forgotten[next(iter(state.forgotten))]
+    return [record.intent.id for record in leaving]
+
+
+def bounded_status(status: dict[str, Any]) -> dict[str, Any]:
+    """A submit/query status as recorded: whole when small, else its outcome and error."""
+    if len(json.dumps(status, separators=(",", ":"), default=str)) <= MAX_STATUS_BYTES:
+        return status
+    kept: dict[str, Any] = {
+        k: status[k] for k in ("outcome", "retry_after_ms", "blocked") if k in status
+    }
+    error = status.get("error")
+    if isinstance(error, str):
+        kept["error"] = error[:MAX_ERROR_LENGTH]
+    return {**kept, "truncated": True}
 
 
 def settled(state: LedgerState) -> bool:
@@ -691,8 +854,8 @@ def _stale(request: RequestRecord, report: RequestReport) -> bool:
 
 def _block_operation(record: OperationRecord, blockers: list[str], error: str) -> None:
     record.phase = "blocked"
-    record.blockers = blockers
-    record.error = error
+    record.blockers = [blocker[:MAX_ERROR_LENGTH] for blocker in blockers]
+    record.error = error[:MAX_ERROR_LENGTH]
 
 
 def _release_claims(state: LedgerState, request_id: str) -> None:

@@ -5,9 +5,17 @@ Field names are the public contract: snake_case, times in epoch ms, durations in
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+# Input limits: with them and the state budget (core.STATE_BUDGET_BYTES) everything the
+# ledger carries across continue-as-new stays well under Temporal's 2 MB payload limit.
+MAX_ID_LENGTH = 100
+MAX_REFERENCES = 64  # participants, and dependencies, of one operation
+MAX_PAYLOAD_BYTES = 16 * 1024  # one operation's payload, as JSON
+MAX_BATCH_OPERATIONS = 100
+MAX_BATCH_BYTES = 512 * 1024  # one enqueue, as JSON
 
 OperationPhase = Literal["pending", "dispatched", "resolved", "blocked"]
 RequestPhase = Literal["frozen", "in_flight", "resolved", "blocked"]
@@ -33,6 +41,22 @@ def _default_lanes() -> dict[str, int]:
 
 def _default_participant_free() -> list[str]:
     return ["asset.upload", "run.cancel"]
+
+
+class RetentionConfig(BaseModel):
+    """How much of its past a ledger keeps (its carried state stays bounded).
+
+    `resolved_operations`: resolved operations kept whole in the state and the snapshot
+    (the oldest by sequence leave first). `remembered_ids`: IDs of resolved operations that
+    left, still honoured for duplicate detection and as resolved dependencies; an ID older
+    than that is unknown again: enqueued again it is a new operation, and a dependency on
+    it waits for an operation with that ID.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    resolved_operations: int = Field(default=200, ge=0, le=1000)
+    remembered_ids: int = Field(default=5000, ge=0, le=5000)
 
 
 class LedgerConfig(BaseModel):
@@ -63,6 +87,7 @@ class LedgerConfig(BaseModel):
     # themselves (`compile` written in Python and hosted with the ledger): keep it off when
     # compile runs on another task queue or in another SDK.
     local_compile: bool = False
+    retention: RetentionConfig = Field(default_factory=lambda: RetentionConfig())
 
 
 class OperationIntent(BaseModel):
@@ -70,10 +95,14 @@ class OperationIntent(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    id: str = Field(min_length=1)
-    operation_type: str = Field(min_length=1)
-    participants: list[str] = Field(default_factory=list)
-    dependencies: list[str] = Field(default_factory=list)
+    id: str = Field(min_length=1, max_length=MAX_ID_LENGTH)
+    operation_type: str = Field(min_length=1, max_length=MAX_ID_LENGTH)
+    participants: list[Annotated[str, Field(max_length=MAX_ID_LENGTH)]] = Field(
+        default_factory=list, max_length=MAX_REFERENCES
+    )
+    dependencies: list[Annotated[str, Field(max_length=MAX_ID_LENGTH)]] = Field(
+        default_factory=list, max_length=MAX_REFERENCES
+    )
     payload: JsonValue = None
     protocol_version: int = 1
 
@@ -83,7 +112,7 @@ class EnqueueInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    operations: list[OperationIntent]
+    operations: list[OperationIntent] = Field(max_length=MAX_BATCH_OPERATIONS)
 
 
 class EnqueueResult(BaseModel):
@@ -106,8 +135,8 @@ class SkipInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    operation_id: str = Field(min_length=1)
-    reason: str = "skipped"
+    operation_id: str = Field(min_length=1, max_length=MAX_ID_LENGTH)
+    reason: str = Field(default="skipped", max_length=500)
 
 
 class EmptyInput(BaseModel):
@@ -159,10 +188,14 @@ class RequestRecord(BaseModel):
 
 
 class LedgerState(BaseModel):
-    """Everything the ledger knows; carried whole across continue-as-new."""
+    """Everything the ledger knows; carried whole across continue-as-new, so bounded (see
+    `core.compact` and `core.check_budget`)."""
 
     ledger_id: str
     operations: dict[str, OperationRecord] = Field(default_factory=dict)
+    # Resolved operations that left `operations` (oldest first): id -> outcome. Duplicate
+    # detection and dependencies honour them; the oldest are dropped past `remember_ids`.
+    forgotten: dict[str, str] = Field(default_factory=dict)
     requests: dict[str, RequestRecord] = Field(default_factory=dict)
     # op id -> request id reserved while its compile activity runs.
     compiling: dict[str, str] = Field(default_factory=dict)

@@ -160,6 +160,7 @@ class OperationLedgerWorkflow:
                 if not self._quiet() and workflow.patched(QUIET_BEFORE_CONTINUE_PATCH):
                     await self._wait_quiet()
                 if self._final is None and self._ready_to_continue():
+                    core.compact(self._state, self._config)
                     workflow.continue_as_new(
                         LedgerInput(
                             **self._config.model_dump(exclude=self._not_carried()),
@@ -228,6 +229,7 @@ class OperationLedgerWorkflow:
 
     def _pump(self) -> None:
         """Launch what the core plans: resumed requests first, then ready operations."""
+        core.compact(self._state, self._config)
         if self._state.stopped or self._history_due():
             return
         for request_id in core.plan_launches(self._state, self._config):
@@ -581,9 +583,14 @@ class OperationLedgerWorkflow:
     # ------------------------------------------------------------ queries
 
     @workflow.query(name="snapshot")
-    def snapshot(self) -> dict[str, Any]:
-        """Operations, requests, claims, holds."""
-        return core.snapshot(self._state)
+    def snapshot(self, raw: Any = None) -> dict[str, Any]:
+        """One page of operations with their requests, counts per phase, claims, holds.
+        Optional argument: `{"phase", "after", "limit"}` (see `core.SnapshotQuery`)."""
+        try:
+            query = core.parse_snapshot_query(raw)
+        except core.LedgerInputError as error:
+            raise _reject(error) from None
+        return core.snapshot(self._state, query)
 
     @workflow.query(name="claims")
     def claims(self) -> dict[str, str]:
