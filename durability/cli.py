@@ -202,7 +202,9 @@ async def ledger_stop(client: DurabilityClient, args: argparse.Namespace) -> Any
 
 
 async def ledger_snapshot(client: DurabilityClient, args: argparse.Namespace) -> Any:
-    return await client.snapshot(args.ledger_id)
+    return await client.snapshot(
+        args.ledger_id, phase=args.phase, after=args.after, limit=args.limit
+    )
 
 
 async def ledger_claims(client: DurabilityClient, args: argparse.Namespace) -> Any:
@@ -219,6 +221,11 @@ def show_snapshot(result: Any) -> str:
         for op in operations
     ]  # fmt: skip
     parts = [table(("operation", "phase", "blockers", "request", "outcome"), rows)]
+    counts = (result.get("counts") or {}).get("operations")
+    if counts:
+        summary = ", ".join(f"{phase} {count}" for phase, count in counts.items())
+        more = result.get("next_after")
+        parts.append(f"operations: {summary}" + (f"; next page: --after {more}" if more else ""))
     requests = result.get("requests", [])
     if isinstance(requests, dict):
         requests = list(requests.values())
@@ -315,12 +322,16 @@ def build_parser() -> argparse.ArgumentParser:
         ("hold", ledger_hold, show_fields, "stop new launches; prints a token"),
         ("resume", ledger_resume, show_fields, "retry unresolved and blocked requests"),
         ("stop", ledger_stop, show_snapshot, "stop the ledger; prints the final snapshot"),
-        ("snapshot", ledger_snapshot, show_snapshot, "operations and requests"),
+        ("snapshot", ledger_snapshot, show_snapshot, "operations and requests, a page"),
         ("claims", ledger_claims, show_claims, "which request holds each canvas"),
     ):
         cmd = ledger.add_parser(name, help=text)
         cmd.add_argument("ledger_id")
         cmd.set_defaults(run=run, show=show)
+        if name == "snapshot":
+            cmd.add_argument("--phase", choices=("pending", "dispatched", "resolved", "blocked"))
+            cmd.add_argument("--after", type=int, help="sequence: the previous page's next_after")
+            cmd.add_argument("--limit", type=int, help="operations per page (1..300, default 200)")
 
     codec = top.add_parser("codec-server", help="serve /decode for the Temporal UI")
     codec.add_argument("--host", default="127.0.0.1")

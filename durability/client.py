@@ -181,9 +181,9 @@ class DurabilityClient:
         with _user_errors(workflow_id, update):
             return await handle.execute_update(update, payload, result_type=result_type)
 
-    async def _query(self, workflow_id: str, query: str) -> Any:
+    async def _query(self, workflow_id: str, query: str, *args: Any) -> Any:
         with _user_errors(workflow_id, query):
-            return await self.temporal.get_workflow_handle(workflow_id).query(query)
+            return await self.temporal.get_workflow_handle(workflow_id).query(query, *args)
 
     async def set_schedule(
         self,
@@ -354,8 +354,23 @@ class DurabilityClient:
         snapshot: dict[str, Any] = await self._update(ledger_workflow_id(ledger_id), "stop", {})
         return snapshot
 
-    async def snapshot(self, ledger_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._query(ledger_workflow_id(ledger_id), "snapshot")
+    async def snapshot(
+        self,
+        ledger_id: str,
+        *,
+        phase: str | None = None,
+        after: int | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """One page of operations (oldest first) with counts per phase; pass the page's
+        `next_after` as `after` for the next one. Filters: `phase`, `limit` (1..300)."""
+        page = {
+            key: value
+            for key, value in (("phase", phase), ("after", after), ("limit", limit))
+            if value is not None
+        }
+        args = (page,) if page else ()
+        result: dict[str, Any] = await self._query(ledger_workflow_id(ledger_id), "snapshot", *args)
         return result
 
     async def claims(self, ledger_id: str) -> dict[str, str]:

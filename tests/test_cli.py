@@ -160,6 +160,20 @@ async def test_ledger_commands_enqueue_snapshot_claims_hold_release_resume_stop(
         await eventually(all_resolved, timeout=30)
         table = await durability_cli(dev_server_address, "ledger", "snapshot", ledger_id)
         assert "op-1" in table.stdout and "resolved" in table.stdout
+        assert "operations: resolved 2" in table.stdout
+        page = await durability_cli(
+            dev_server_address, "--json", "ledger", "snapshot", ledger_id, "--limit", "1"
+        )
+        first = json.loads(page.stdout)
+        assert [op["id"] for op in first["operations"]] == ["op-1"]
+        assert first["counts"]["operations"] == {"resolved": 2}
+        page = await durability_cli(
+            dev_server_address, "--json", "ledger", "snapshot", ledger_id,
+            "--after", str(first["next_after"]),
+        )  # fmt: skip
+        second = json.loads(page.stdout)
+        assert [op["id"] for op in second["operations"]] == ["op-2"]
+        assert second["next_after"] is None
         claims = await durability_cli(dev_server_address, "--json", "ledger", "claims", ledger_id)
         assert json.loads(claims.stdout) == {}
 

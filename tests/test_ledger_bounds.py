@@ -115,7 +115,9 @@ def test_limits_name_the_field_the_value_and_the_limit() -> None:
     many = [intent(f"o{n}", ["c"]) for n in range(MAX_BATCH_OPERATIONS + 1)]
     with pytest.raises(core.LedgerInputError, match="operations: List should have at most 100"):
         core.validate_enqueue(state, {"operations": many})
-    with pytest.raises(core.LedgerInputError, match="operations.0.id: String should have at most"):
+    with pytest.raises(
+        core.LedgerInputError, match=r"operations\.0\.id: String should have at most"
+    ):
         core.validate_enqueue(state, {"operations": [intent("i" * 101, ["c"])]})
     assert state.operations == {}
 
