@@ -12,8 +12,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from workflows.schedule.core import (
     InvalidRequest,
+    Run,
     ScheduleCore,
     ScheduleState,
+    Skipped,
     checked_next,
     parse_cancel,
     parse_set,
@@ -36,7 +38,9 @@ class ScheduleMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.max_runs = 2
-        self.core = ScheduleCore(ScheduleState(), every, self.max_runs)
+        self.max_queued = 3
+        self.core = ScheduleCore(ScheduleState(), every, self.max_runs, self.max_queued)
+        self.skipped = 0
         self.now = 1_000_000
         self.highest_version = -1  # highest version ever stored or tombstoned
         self.fired: list[int] = []
@@ -84,6 +88,7 @@ class ScheduleMachine(RuleBasedStateMachine):
         self.now += dt
         stored = self.core.state.schedule
         fires_at = self.core.next_wake_at()
+        waiting = self.core.queued_count() - max(self.max_runs - self.core.running_count(), 0)
         run = self.core.tick(self.now)
         if fires_at is None or fires_at > self.now:
             assert run is None
@@ -94,7 +99,14 @@ class ScheduleMachine(RuleBasedStateMachine):
         assert run is not None
         assert run.scheduled_time not in self.fired  # at most once
         self.fired.append(run.scheduled_time)
-        assert run.state == RunStatus.QUEUED and run.due_at == fires_at
+        if waiting + 1 > self.max_queued:  # no room: skipped, never recorded
+            assert run == Skipped(run.scheduled_time, fires_at, "queue_full")
+            assert run.scheduled_time not in self.core.state.runs
+            self.skipped += 1
+        else:
+            assert isinstance(run, Run)
+            assert run.state == RunStatus.QUEUED and run.due_at == fires_at
+        assert self.core.state.skipped_ticks == self.skipped
         # missed ticks collapse: the next one is after max(scheduled_time, now - jitter)
         step = int((stored.expression or "every:1").removeprefix("every:"))
         after = max(run.scheduled_time, self.now - stored.jitter_ms)
@@ -135,6 +147,11 @@ class ScheduleMachine(RuleBasedStateMachine):
     @invariant()
     def slots_are_respected(self) -> None:
         assert self.core.running_count() <= self.max_runs
+
+    @invariant()
+    def the_queue_is_bounded(self) -> None:
+        free = max(self.max_runs - self.core.running_count(), 0)
+        assert self.core.queued_count() - free <= self.max_queued
 
     @invariant()
     def stored_version_never_drops(self) -> None:

@@ -7,7 +7,9 @@ callable, so the workflow shell can back them with `workflow.now()` and
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -68,6 +70,27 @@ class ScheduleState(BaseModel):
     dropped_signals: int = 0
     # `pause`/`unpause` (beyond the seed): while paused no tick fires; versions are untouched.
     paused: bool = False
+    # Ticks not run because the queue was full or the state at its budget.
+    skipped_ticks: int = 0
+
+
+# The carried state's budget, well under Temporal's 2 MB payload limit: a run that would take
+# the state past it is not recorded (a tick is skipped, a trigger or backfill refused).
+STATE_BUDGET_BYTES = 1024 * 1024
+# `set.params` as JSON; every run carries the params of the version it ran under.
+MAX_PARAMS_BYTES = 8 * 1024
+MAX_EXPRESSION_LENGTH = 500
+QUEUE_FULL = "queue_full"
+STATE_BUDGET = "state_budget"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A tick that was due but not recorded as a run (see `ScheduleCore.room_for`)."""
+
+    scheduled_time: int
+    due_at: int
+    reason: str
 
 
 MAX_BACKFILL_RUNS = 100
@@ -112,6 +135,10 @@ def parse_set(raw: object, next_occurrence: NextOccurrence, now_ms: int) -> SetR
     expression = payload.get("expression")
     if not isinstance(expression, str) or not expression.strip():
         raise InvalidRequest(f"set.expression must be a non-empty string, got {expression!r}")
+    if len(expression) > MAX_EXPRESSION_LENGTH:
+        raise InvalidRequest(
+            f"set.expression is {len(expression)} characters, more than {MAX_EXPRESSION_LENGTH}"
+        )
     try:
         next_occurrence(expression, now_ms)
     except ValueError as error:
@@ -133,7 +160,12 @@ def parse_set(raw: object, next_occurrence: NextOccurrence, now_ms: int) -> SetR
         jitter = _integer("set.jitter_ms", raw_jitter, MAX_DELAY_MS)
     params = payload.get("params", {})
     if not isinstance(params, dict):
-        raise InvalidRequest(f"set.params must be a JSON object, got {params!r}")
+        raise InvalidRequest(f"set.params must be a JSON object, got {params!r:.200}")
+    size = len(json.dumps(params, separators=(",", ":"), default=str))
+    if size > MAX_PARAMS_BYTES:
+        raise InvalidRequest(
+            f"set.params is {size} bytes as JSON, more than the limit of {MAX_PARAMS_BYTES}"
+        )
     return SetRequest(expression=expression, version=version, jitter_ms=jitter, params=params)
 
 
@@ -166,11 +198,50 @@ class ScheduleCore:
     """The transitions of one object's schedule over a `ScheduleState` it mutates in place."""
 
     def __init__(
-        self, state: ScheduleState, next_occurrence: NextOccurrence, max_concurrent_runs: int
+        self,
+        state: ScheduleState,
+        next_occurrence: NextOccurrence,
+        max_concurrent_runs: int,
+        max_queued_runs: int = 100,
     ) -> None:
         self.state = state
         self.next_occurrence = next_occurrence
         self.max_concurrent_runs = max_concurrent_runs
+        self.max_queued_runs = max_queued_runs
+
+    # --- bounds (the queue and the carried state) ---
+
+    def room_for(self, count: int, params: dict[str, Any]) -> str | None:
+        """Why `count` more runs with `params` cannot be recorded now, or None: they would
+        wait beyond `max_queued_runs` (runs that can start at once do not wait), or take the
+        carried state past STATE_BUDGET_BYTES."""
+        free = max(self.max_concurrent_runs - self.running_count(), 0)
+        if self.queued_count() + count - free > self.max_queued_runs:
+            return QUEUE_FULL
+        run_bytes = len(json.dumps(params, separators=(",", ":"), default=str)) + 200
+        if len(self.state.model_dump_json()) + count * run_bytes > STATE_BUDGET_BYTES:
+            return STATE_BUDGET
+        return None
+
+    def check_room(self, count: int, what: str) -> None:
+        """Raise InvalidRequest when `count` more runs of the live version do not fit."""
+        stored = self.state.schedule
+        reason = self.room_for(count, stored.params if stored is not None else {})
+        if reason == QUEUE_FULL:
+            raise InvalidRequest(
+                f"{what} refused: {count} more run(s) would pass max_queued_runs="
+                f"{self.max_queued_runs} ({self.queued_count()} queued, "
+                f"{self.running_count()} running of {self.max_concurrent_runs})"
+            )
+        if reason == STATE_BUDGET:
+            raise InvalidRequest(
+                f"{what} refused: {count} more run(s) would take the schedule's state past "
+                f"{STATE_BUDGET_BYTES} bytes"
+            )
+
+    def queued_count(self) -> int:
+        """Runs waiting for a slot."""
+        return sum(1 for run in self.state.runs.values() if run.state == RunStatus.QUEUED)
 
     # --- schedule (S3-S5) ---
 
@@ -257,6 +328,7 @@ class ScheduleCore:
         existing = self.state.runs.get(now_ms)
         if existing is not None:
             return existing
+        self.check_room(1, "trigger")
         run = Run(scheduled_time=now_ms, due_at=now_ms, params=stored.params)
         self.state.runs[now_ms] = run
         return run
@@ -285,17 +357,19 @@ class ScheduleCore:
         workflow ID rejects the duplicate start, so it still runs at most once (S6)."""
         stored = self.state.schedule
         recorded: list[Run] = []
-        for time in self.backfill_times(start_at, end_at):
-            if time in self.state.runs:
-                continue
+        times = [t for t in self.backfill_times(start_at, end_at) if t not in self.state.runs]
+        self.check_room(len(times), "backfill")
+        for time in times:
             assert stored is not None
             run = Run(scheduled_time=time, due_at=time + stored.jitter_ms, params=stored.params)
             self.state.runs[time] = run
             recorded.append(run)
         return recorded
 
-    def tick(self, now_ms: int) -> Run | None:
-        """Fire the tick if due: record its run and advance `next_at` in one step."""
+    def tick(self, now_ms: int) -> Run | Skipped | None:
+        """Fire the tick if due: record its run and advance `next_at` in one step. A tick
+        with no room for its run (`room_for`) still advances `next_at`, is counted in
+        `skipped_ticks` and returned as `Skipped`: it never runs."""
         if self.state.paused:
             return None
         stored = self.state.schedule
@@ -308,6 +382,10 @@ class ScheduleCore:
         stored.next_at = checked_next(self.next_occurrence, stored.expression, after)
         if scheduled_time in self.state.runs:
             return None
+        reason = self.room_for(1, stored.params)
+        if reason is not None:
+            self.state.skipped_ticks += 1
+            return Skipped(scheduled_time=scheduled_time, due_at=fires_at, reason=reason)
         run = Run(scheduled_time=scheduled_time, due_at=fires_at, params=stored.params)
         self.state.runs[scheduled_time] = run
         return run

@@ -35,7 +35,10 @@ class ScheduleInput(BaseModel):
     """Start input of `DurabilitySchedule`; every field is optional."""
 
     object_id: str | None = None
-    max_concurrent_runs: int = Field(10, ge=1)
+    max_concurrent_runs: int = Field(10, ge=1, le=1000)
+    # Runs waiting for a slot; a tick that finds the queue full is skipped (never run), with
+    # a `skipped` lifecycle event. 0: a tick that finds every slot busy is skipped.
+    max_queued_runs: int = Field(100, ge=0, le=1000)
     run_timeout_ms: int = Field(900_000, ge=1, le=MAX_DELAY_MS)
     run_heartbeat_timeout_ms: int | None = Field(None, ge=1, le=MAX_DELAY_MS)
     outcome_timeout_ms: int = Field(60_000, ge=1, le=MAX_DELAY_MS)

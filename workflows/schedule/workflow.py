@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         Run,
         ScheduleCore,
         ScheduleState,
+        Skipped,
         parse_backfill,
         parse_cancel,
         parse_set,
@@ -176,6 +177,7 @@ class DurabilityScheduleWorkflow:
             start.carried or ScheduleState(),
             self.next_occurrence,
             self._settings.max_concurrent_runs,
+            self._settings.max_queued_runs,
         )
         self._lifecycle = _Lifecycle(self._settings)
         self._starts: set[asyncio.Task[None]] = set()
@@ -235,7 +237,12 @@ class DurabilityScheduleWorkflow:
         """Tick if due and start what the free slots allow; returns whether a run started."""
         due = self._core.tick(now)
         startable = self._core.take_startable()
-        if due is not None:
+        if isinstance(due, Skipped):
+            workflow.logger.warning(
+                "skipped the tick %s of %s: %s", due.scheduled_time, self._object_id, due.reason
+            )
+            self._emit_event(due.scheduled_time, "skipped", now, reason=due.reason)
+        elif due is not None:
             self._emit(due, "due", now, queued=due not in startable)
         for run in startable:
             task = asyncio.create_task(self._start_run(run))
@@ -250,8 +257,11 @@ class DurabilityScheduleWorkflow:
         return info.is_continue_as_new_suggested() or info.get_current_history_length() >= limit
 
     def _emit(self, run: Run, event_type: str, now: int, **fields: Any) -> None:
-        key = idempotency_key(self._object_id, run.scheduled_time)
-        self._lifecycle.emit(lifecycle_event(event_type, key, run.scheduled_time, now, **fields))
+        self._emit_event(run.scheduled_time, event_type, now, **fields)
+
+    def _emit_event(self, scheduled_time: int, event_type: str, now: int, **fields: Any) -> None:
+        key = idempotency_key(self._object_id, scheduled_time)
+        self._lifecycle.emit(lifecycle_event(event_type, key, scheduled_time, now, **fields))
 
     async def _start_run(self, run: Run) -> None:
         run_input = ScheduledRunInput(
@@ -497,6 +507,7 @@ class DurabilityScheduleWorkflow:
         stored = self._core.state.schedule
         if stored is None or stored.expression is None:
             raise InvalidRequest("trigger needs a live schedule: none is set, or it was cancelled")
+        self._core.check_room(1, "trigger")
 
     @workflow.update(name="backfill")
     def backfill(self, raw: Any = None) -> list[int]:
@@ -511,7 +522,8 @@ class DurabilityScheduleWorkflow:
     def validate_backfill(self, raw: Any = None) -> None:
         """Reject a malformed, future or too large range before anything is recorded."""
         start_at, end_at = parse_backfill(raw, _now_ms())
-        self._core.backfill_times(start_at, end_at)
+        times = self._core.backfill_times(start_at, end_at)
+        self._core.check_room(sum(1 for t in times if t not in self._core.state.runs), "backfill")
 
     def _emit_recorded(self, runs: list[Run], now: int) -> None:
         queued = self._core.running_count() >= self._core.max_concurrent_runs
@@ -533,6 +545,11 @@ class DurabilityScheduleWorkflow:
     def runs(self) -> list[dict[str, Any]]:
         """Every run not yet acknowledged."""
         return self._core.runs()
+
+    @workflow.query(name="skipped_ticks")
+    def skipped_ticks(self) -> int:
+        """Ticks not run because the queue was full (not part of the wire contract)."""
+        return self._core.state.skipped_ticks
 
     @workflow.query(name="dropped_signals")
     def dropped_signals(self) -> int:
