@@ -263,3 +263,36 @@ def test_next_occurrence_must_return_none_or_an_int_strictly_after(bad: object) 
         checked_next(lambda _e, _a: bad, "x", 100)  # type: ignore[arg-type]
     assert checked_next(lambda _e, _a: 101, "x", 100) == 101
     assert checked_next(lambda _e, _a: None, "x", 100) is None
+
+
+def test_params_over_the_limit_are_refused_naming_the_size() -> None:
+    big = {"blob": "x" * 9000}
+    with pytest.raises(InvalidRequest, match=r"set\.params is 9011 bytes as JSON, more than"):
+        parse_set({"expression": "every:1000", "version": 1, "params": big}, every, 0)
+
+
+def test_a_full_queue_refuses_trigger_and_backfill_and_skips_ticks() -> None:
+    core = ScheduleCore(ScheduleState(), every, max_concurrent_runs=1, max_queued_runs=1)
+    core.set(SetRequest(expression="every:1000", version=1), 0, lambda m: 0)
+    first = core.trigger(10)
+    assert [r.scheduled_time for r in core.take_startable()] == [first.scheduled_time]
+    core.trigger(20)  # waits: the queue holds one
+    with pytest.raises(InvalidRequest, match="trigger refused: 1 more run"):
+        core.trigger(30)
+    with pytest.raises(InvalidRequest, match="backfill refused: 2 more run"):
+        core.backfill(0, 2000)
+    assert sorted(core.state.runs) == [10, 20]
+    assert core.tick(1000) == Skipped(1000, 1000, "queue_full")
+    assert core.state.skipped_ticks == 1 and sorted(core.state.runs) == [10, 20]
+
+
+def test_max_queued_runs_zero_skips_a_tick_only_while_every_slot_is_busy() -> None:
+    core = ScheduleCore(ScheduleState(), every, max_concurrent_runs=1, max_queued_runs=0)
+    core.set(SetRequest(expression="every:1000", version=1), 0, lambda m: 0)
+    run = core.tick(1000)
+    assert isinstance(run, Run)
+    assert core.take_startable() == [run]
+    assert core.tick(2000) == Skipped(2000, 2000, "queue_full")
+    core.settle(1000, Outcome(status="complete"))
+    core.forget(1000)
+    assert isinstance(core.tick(3000), Run)
