@@ -529,3 +529,28 @@ async def test_a_slow_outcome_delivery_frees_the_slot_before_the_outcome_is_deli
 def _scheduled_time_of(attributes: Any) -> int:
     """The scheduled time in a run's workflow ID (`schedule-run:<object_id>:<time>`)."""
     return int(attributes.workflow_execution.workflow_id.rsplit(":", 1)[1])
+
+
+async def test_a_tick_that_finds_the_queue_full_is_skipped_with_a_lifecycle_event(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(
+            client, task_queue, unique, max_concurrent_runs=1, max_queued_runs=0
+        )
+        await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 2500})
+
+        def skipped() -> list[dict[str, Any]]:
+            return [e for e in recorder.events if e["type"] == "skipped"]
+
+        await eventually(lambda: len(skipped()) >= 2, timeout=20)
+        assert await handle.query("skipped_ticks") >= 2
+        await handle.execute_update("cancel", {})
+        await eventually(_no_runs_left(handle), timeout=20)
+    event = skipped()[0]
+    assert event["reason"] == "queue_full"
+    assert event["id"] == f"{unique}:{event['scheduled_time']}"
+    ran = {run["scheduled_time"] for run in recorder.started}
+    assert ran and not ran & {e["scheduled_time"] for e in skipped()}
+    assert recorder.max_in_flight == 1
