@@ -34,7 +34,7 @@ from tests.test_ledger_support import (
     requests,
     snapshot,
 )
-from workflows.ledger.models import LedgerInput, RetryConfig
+from workflows.ledger.models import LedgerInput, RetentionConfig, RetryConfig
 
 HISTORIES = Path(__file__).parent / "histories"
 FAST_RETRY = RetryConfig(initial_interval_ms=50, backoff_coefficient=2.0, maximum_interval_ms=200)
@@ -683,3 +683,42 @@ async def test_bad_start_input_fails_the_ledger_once_naming_the_field(
     assert "report_by_completion: Extra inputs are not permitted" in cause.message
     events = [event async for event in handle.fetch_history_events()]
     assert not any(e.HasField("workflow_task_failed_event_attributes") for e in events)
+
+
+async def test_resolved_operations_leave_the_carried_state_but_their_ids_are_honoured(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    retention = RetentionConfig(resolved_operations=2, remembered_ids=4)
+    config = LedgerInput(retention=retention, continue_as_new_after_events=40, concurrency=4)
+    async with ledger_worker(client, task_queue):
+        handle = await start_ledger(client, unique, task_queue, config)
+        await enqueue(handle, *(intent(f"op{n}", [f"c{n}"]) for n in range(8)))
+        await eventually(lambda: _compacted(handle, resolved=2, remembered=4), timeout=30)
+        # op6, op7 are kept whole; op2..op5 remembered by ID; op0, op1 forgotten.
+        result = await enqueue(
+            handle,
+            intent("op3", ["c3"]),
+            intent("op0", ["c0"]),
+            intent("after", ["c9"], ["op4"]),
+        )
+        assert result == {"accepted": ["op0", "after"], "duplicates": ["op3"]}
+        snap = await eventually(lambda: _compacted(handle, resolved=2, remembered=4), timeout=30)
+    assert [o["id"] for o in snap["operations"]] == ["op0", "after"]
+    assert snap["counts"]["operations"] == {"resolved": 2}
+    assert snap["counts"]["forgotten"] == 4
+    runs = [e async for e in client.list_workflows(f"WorkflowId = 'ledger:{unique}'")]
+    assert len(runs) > 1, "the ledger never continued as new"
+    history = await handle.fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    carried = max(len(p.data) for p in started.input.payloads)
+    assert carried < 10_000, f"the carried state is {carried} bytes"
+
+
+async def _compacted(
+    handle: WorkflowHandle[Any, Any], resolved: int, remembered: int
+) -> dict[str, Any] | None:
+    """The snapshot once everything resolved and compaction kept exactly these."""
+    snap = await snapshot(handle)
+    counts = snap["counts"]
+    done = counts["operations"] == {"resolved": resolved} and counts["forgotten"] == remembered
+    return snap if done else None
