@@ -4,6 +4,7 @@ the same point: the moment the worker begins the activity."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -72,6 +73,15 @@ async def bench_outcome(run: dict[str, Any], outcome: dict[str, Any]) -> None:
     )
 
 
+@activity.defn(name="bench_sleep_run")
+async def bench_sleep_run(run: dict[str, Any]) -> None:
+    """A slow run: heartbeats for `params.sleep_ms` (the bounds scenario's schedule)."""
+    deadline = time.monotonic() + (run.get("params") or {}).get("sleep_ms", 0) / 1000
+    while time.monotonic() < deadline:
+        activity.heartbeat()
+        await asyncio.sleep(0.5)
+
+
 @activity.defn(name="bench_mark")
 async def bench_mark(args: dict[str, Any]) -> None:
     """Floors and native Schedules: record start time against the given due time."""
@@ -116,6 +126,7 @@ async def bench_query(request: dict[str, Any]) -> dict[str, Any]:
 
 BENCH_ACTIVITIES: list[Callable[..., Any]] = [
     bench_run,
+    bench_sleep_run,
     bench_outcome,
     bench_mark,
     bench_noop,

@@ -21,7 +21,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from bench import cost
+from bench import bounds, cost
 from bench.activities import RECORDER, now_ms
 from bench.cpu import measure_cpu
 from bench.env import Product
@@ -330,14 +330,13 @@ def critical_path(ops: list[dict[str, Any]]) -> int:
 
 
 def _phases(snapshot: Any) -> dict[str, int]:
-    ops = snapshot.get("operations", []) if isinstance(snapshot, dict) else []
-    if isinstance(ops, dict):
-        ops = list(ops.values())
-    counts: dict[str, int] = {}
-    for op in ops:
-        phase = str(op.get("phase")) if isinstance(op, dict) else "?"
-        counts[phase] = counts.get(phase, 0) + 1
-    return counts
+    """Operations per phase from the snapshot's counts (resolved ones that left the state
+    count as resolved)."""
+    counts = snapshot.get("counts", {}) if isinstance(snapshot, dict) else {}
+    phases = dict(counts.get("operations", {}))
+    if counts.get("forgotten"):
+        phases["resolved"] = phases.get("resolved", 0) + counts["forgotten"]
+    return phases
 
 
 async def ledger(ctx: Ctx) -> None:
@@ -819,6 +818,7 @@ SCENARIOS = {
     "cost": cost_scenario,
     "scale": scale,
     "history": history_day,
+    "bounds": bounds.bounds,
 }
 # history first: on the time-skipping server it stalled when run after the dev-server loads
 # (cause not found yet; it runs in ~25 s on its own), scale last: it leaves the worker busy.
