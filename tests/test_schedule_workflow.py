@@ -14,7 +14,12 @@ from typing import Any
 import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
@@ -351,7 +356,8 @@ async def test_continue_as_new_keeps_in_flight_runs_and_duplicates_nothing(
     async with schedule_worker(client, task_queue, recorder):
         handle = await start_schedule(client, task_queue, unique, continue_as_new_after_events=10)
         first_run_id = (await handle.describe()).run_id
-        await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 1500})
+        # Runs longer than the drain before continue-as-new (5 s): still running at it.
+        await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 6000})
 
         async def continued_twice() -> bool:
             runs = []
@@ -359,11 +365,11 @@ async def test_continue_as_new_keeps_in_flight_runs_and_duplicates_nothing(
                 runs.append(execution.run_id)
             return len(runs) >= 3
 
-        await eventually(continued_twice, timeout=30)
-        await eventually(lambda: len(recorder.delivered()) >= 4, timeout=30)
+        await eventually(continued_twice, timeout=60)
+        await eventually(lambda: len(recorder.delivered()) >= 4, timeout=60)
         await client.get_workflow_handle(handle.id).execute_update("cancel", {})
         current = client.get_workflow_handle(handle.id)
-        await eventually(_no_runs_left(current), timeout=30)
+        await eventually(_no_runs_left(current), timeout=60)
         assert (await current.describe()).run_id != first_run_id
         assert await current.query("get") is None
 
@@ -401,6 +407,33 @@ async def test_continue_as_new_keeps_in_flight_runs_and_duplicates_nothing(
     # by a later run (no runs left above) after its outcome was delivered.
     assert carried <= handed_over
     assert carried <= set(delivered)
+
+
+async def test_continue_as_new_waits_for_short_runs_to_end_and_hands_over_nothing(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(client, task_queue, unique, continue_as_new_after_events=10)
+        first_run_id = (await handle.describe()).run_id
+        await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 300})
+
+        async def continued() -> bool:
+            first = client.get_workflow_handle(handle.id, run_id=first_run_id)
+            return (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
+
+        await eventually(continued, timeout=30)
+        await client.get_workflow_handle(handle.id).execute_update("cancel", {})
+        await eventually(_no_runs_left(client.get_workflow_handle(handle.id)), timeout=30)
+    history = await client.get_workflow_handle(handle.id, run_id=first_run_id).fetch_history()
+    kinds = [event.event_type for event in history.events]
+    initiated = kinds.count(EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED)
+    assert initiated >= 1
+    assert kinds.count(EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED) == initiated
+    assert EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED not in kinds
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds
+    started = sorted(r["scheduled_time"] for r in recorder.started)
+    assert sorted(run["scheduled_time"] for run, _, _ in recorder.delivered()) == started
 
 
 async def test_bad_updates_are_rejected_naming_the_field_and_bad_signals_are_dropped(

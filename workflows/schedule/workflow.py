@@ -91,6 +91,12 @@ SCHEDULE_PATCH = "schedule-ack-by-completion"
 # without worker versioning.
 RUN_PATCH = "run-ack-by-completion"
 NEXT_TICK_PUBLISH_SLACK_MS = 60_000
+# Before continuing as new, stop starting runs and wait this long at most for the running
+# ones to end: Temporal refuses a continue-as-new that races a new event (a child's
+# completion, a signal), failing that workflow task (UnhandledCommand). Runs still alive
+# after it are handed over to signal reporting as before (`workflows.handover`).
+CONTINUE_AS_NEW_DRAIN = timedelta(seconds=5)
+DRAIN_PATCH = "schedule-drain-before-continue-as-new"
 # A run acknowledged by completion signals `run_settled` only when its outcome delivery
 # takes longer than this; a quick delivery settles and acknowledges it in one report.
 SETTLE_GRACE = timedelta(seconds=1)
@@ -198,21 +204,29 @@ class DurabilityScheduleWorkflow:
                 self._input_error, type="InvalidScheduleInput", non_retryable=True
             )
         timer_fired = False
+        drain_until: int | None = None
         while True:
             self._dirty = False
-            started = self._step(_now_ms())
-            if self._should_continue_as_new():
+            now = _now_ms()
+            started = self._step(now, start_runs=drain_until is None)
+            if drain_until is None and self._should_continue_as_new():
+                if not workflow.patched(DRAIN_PATCH):
+                    break
+                drain_until = now + int(CONTINUE_AS_NEW_DRAIN.total_seconds() * 1000)
+            if drain_until is not None and (self._drained() or now >= drain_until):
                 break
             wake_at = self._core.next_wake_at()
             if timer_fired and not started and wake_at is None:
                 # The tick's timer fired and this task starts nothing and sets no new timer,
                 # yet the tick may have queued a run: see workflows.barrier.
                 self._record_progress()
+            if drain_until is not None:
+                wake_at = drain_until if wake_at is None else min(wake_at, drain_until)
             timeout = None if wake_at is None else timedelta(milliseconds=wake_at - _now_ms())
             timer_fired = False
             try:
                 await workflow.wait_condition(
-                    lambda: self._dirty or self._should_continue_as_new(),
+                    self._woken if drain_until is None else self._woken_while_draining,
                     timeout=timeout,
                     timeout_summary="next tick"
                     if wake_at is None
@@ -233,10 +247,10 @@ class DurabilityScheduleWorkflow:
         )
         workflow.continue_as_new(carried.model_dump(mode="json"))
 
-    def _step(self, now: int) -> bool:
+    def _step(self, now: int, start_runs: bool = True) -> bool:
         """Tick if due and start what the free slots allow; returns whether a run started."""
         due = self._core.tick(now)
-        startable = self._core.take_startable()
+        startable = self._core.take_startable() if start_runs else []
         if isinstance(due, Skipped):
             workflow.logger.warning(
                 "skipped the tick %s of %s: %s", due.scheduled_time, self._object_id, due.reason
@@ -250,6 +264,21 @@ class DurabilityScheduleWorkflow:
             task.add_done_callback(self._starts.discard)
         self._publish()
         return bool(startable)
+
+    def _woken(self) -> bool:
+        return self._dirty or self._should_continue_as_new()
+
+    def _woken_while_draining(self) -> bool:
+        return self._dirty or self._drained()
+
+    def _drained(self) -> bool:
+        """No run's child is alive (every recorded run is still queued) and nothing of this
+        run of the workflow is pending: a continue-as-new now races no event."""
+        return (
+            not self._starts
+            and not self._lifecycle.tasks
+            and all(run.state == RunStatus.QUEUED for run in self._core.state.runs.values())
+        )
 
     def _should_continue_as_new(self) -> bool:
         info = workflow.info()
