@@ -587,3 +587,24 @@ async def test_a_tick_that_finds_the_queue_full_is_skipped_with_a_lifecycle_even
     ran = {run["scheduled_time"] for run in recorder.started}
     assert ran and not ran & {e["scheduled_time"] for e in skipped()}
     assert recorder.max_in_flight == 1
+
+
+async def test_a_backfilled_time_that_already_ran_is_refused_by_its_child_id(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(client, task_queue, unique)
+        await set_schedule(handle, expression="@every 1s", version=1)
+        await eventually(lambda: recorder.delivered(), timeout=20)
+        ran = recorder.delivered()[0][0]["scheduled_time"]
+        await handle.execute_update("pause", {})  # no more ticks; the schedule stays live
+        await eventually(_no_runs_left(handle), timeout=20)
+        recorded = await handle.execute_update(
+            "backfill", {"start_at": ran, "end_at": ran + 1}, result_type=list[int]
+        )
+        assert recorded == [ran]  # recorded again: the state forgot the acknowledged run...
+        await eventually(_no_runs_left(handle), timeout=20)
+    # ...and its child workflow ID refused to start it a second time (S6).
+    assert [r["scheduled_time"] for r in recorder.started].count(ran) == 1
+    assert [run["scheduled_time"] for run, _, _ in recorder.outcomes].count(ran) == 1

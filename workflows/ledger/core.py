@@ -226,15 +226,23 @@ def validate_enqueue(state: LedgerState, raw: Any) -> EnqueueInput:
     return batch
 
 
-def enqueue(state: LedgerState, batch: EnqueueInput) -> EnqueueResult:
-    """Record new intents in arrival order (their sequence); known IDs are duplicates (L2)."""
+def enqueue(
+    state: LedgerState, batch: EnqueueInput, config: LedgerConfig | None = None
+) -> EnqueueResult:
+    """Record new intents in arrival order (their sequence); known IDs are duplicates (L2).
+    An operation with no participants is blocked at once unless its type is participant-free
+    (L5): in the handler, so no later step changes state without a command."""
+    free_types = (config or LedgerConfig()).participant_free_types
     accepted: list[str] = []
     duplicates: list[str] = []
     for intent in batch.operations:
         if is_known(state, intent.id):
             duplicates.append(intent.id)
             continue
-        state.operations[intent.id] = OperationRecord(intent=intent, sequence=state.next_sequence)
+        record = OperationRecord(intent=intent, sequence=state.next_sequence)
+        if not canvases_of(intent) and intent.operation_type not in free_types:
+            _block_operation(record, [MISSING_PARTICIPANTS], "operation has no participants")
+        state.operations[intent.id] = record
         state.next_sequence += 1
         accepted.append(intent.id)
     return EnqueueResult(accepted=accepted, duplicates=duplicates)

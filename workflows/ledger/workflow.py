@@ -229,7 +229,6 @@ class OperationLedgerWorkflow:
 
     def _pump(self) -> None:
         """Launch what the core plans: resumed requests first, then ready operations."""
-        core.compact(self._state, self._config)
         if self._state.stopped or self._history_due():
             return
         for request_id in core.plan_launches(self._state, self._config):
@@ -341,7 +340,8 @@ class OperationLedgerWorkflow:
             )
             return
         try:
-            core.record_finished(self._state, RequestReport.model_validate(result))
+            if core.record_finished(self._state, RequestReport.model_validate(result)):
+                core.compact(self._state, self._config)
         except ValidationError:
             workflow.logger.warning("request %s returned %r", request_id, result)
 
@@ -376,7 +376,7 @@ class OperationLedgerWorkflow:
             batch = core.validate_enqueue(self._state, raw)
         except core.LedgerInputError as error:
             raise _reject(error) from None
-        result = core.enqueue(self._state, batch)
+        result = core.enqueue(self._state, batch, self._config)
         self._wake = True
         return result
 
@@ -396,7 +396,7 @@ class OperationLedgerWorkflow:
         except core.LedgerInputError as error:
             self._drop("enqueue", error)
             return
-        core.enqueue(self._state, batch)
+        core.enqueue(self._state, batch, self._config)
         self._wake = True
 
     # ------------------------------------------------------------ hold / release (L12)
@@ -480,6 +480,7 @@ class OperationLedgerWorkflow:
         """Resolve a stuck operation as `skipped`; its dependents proceed (see core)."""
         parsed = self._parse_skip(raw)
         core.skip(self._state, parsed.operation_id, parsed.reason)
+        core.compact(self._state, self._config)
         self._wake = True
         return True
 
@@ -497,6 +498,7 @@ class OperationLedgerWorkflow:
             self._drop("skip", error)
             return
         core.skip(self._state, parsed.operation_id, parsed.reason)
+        core.compact(self._state, self._config)
         self._wake = True
 
     def _parse_skip(self, raw: Any) -> SkipInput:
@@ -567,6 +569,7 @@ class OperationLedgerWorkflow:
         """A frozen request resolved or blocked."""
         report = self._parse_report("request_finished", raw)
         if report is not None and core.record_finished(self._state, report):
+            core.compact(self._state, self._config)
             self._wake = True
 
     def _parse_report(self, name: str, raw: Any) -> RequestReport | None:
