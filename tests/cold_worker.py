@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,6 +26,12 @@ from temporalio.worker import Worker
 
 from durability.registry import all_workflows, workflow_runner
 from tests.helpers import eventually, production_replayer
+
+
+def cold_names() -> tuple[str, str, str]:
+    """A fresh suffix for workflow IDs, the workflow task queue and the activity task queue."""
+    suffix = uuid.uuid4().hex[:10]
+    return suffix, f"cold-{suffix}", f"cold-act-{suffix}"
 
 
 @asynccontextmanager

@@ -6,7 +6,6 @@ own frozen bodies."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +17,7 @@ from tests.cold_worker import (
     LedgerActivities,
     activity_worker,
     assert_healthy,
+    cold_names,
     events_of,
     kind,
     wait_for_applied,
@@ -186,8 +186,7 @@ async def progress(case: Case) -> None:
 async def test_message_after_completion_on_a_cold_worker(
     client: Client, completion: str, message: str
 ) -> None:
-    suffix = uuid.uuid4().hex[:10]
-    task_queue, activity_queue = f"cold-{suffix}", f"cold-act-{suffix}"
+    suffix, task_queue, activity_queue = cold_names()
     acts = LedgerActivities()
     start = {"activity_task_queue": activity_queue, "concurrency": 4}
     async with activity_worker(client, activity_queue, acts.all()):

@@ -8,7 +8,6 @@ tasks with BAD_CANCEL_TIMER_ATTRIBUTES and the update was refused.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,6 +18,7 @@ from tests.cold_worker import (
     ScheduleActivities,
     activity_worker,
     assert_healthy,
+    cold_names,
     events_of,
     kind,
     wait_for_applied,
@@ -168,8 +168,7 @@ MESSAGES: dict[str, Step] = {
 async def test_message_after_completion_on_a_cold_worker(
     client: Client, completion: str, message: str
 ) -> None:
-    suffix = uuid.uuid4().hex[:10]
-    task_queue, activity_queue = f"cold-{suffix}", f"cold-act-{suffix}"
+    suffix, task_queue, activity_queue = cold_names()
     acts = ScheduleActivities()
     start = {
         "max_concurrent_runs": 1,
