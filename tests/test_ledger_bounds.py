@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.test_ledger_core import dispatch_all, finish, fresh, intent, passthrough
+from workflows.budget import STATE_BUDGET_BYTES
 from workflows.ledger import core
 from workflows.ledger.models import (
     MAX_BATCH_OPERATIONS,
@@ -128,12 +129,12 @@ def test_a_full_ledger_refuses_more_until_operations_resolve() -> None:
     batches = 0
     with pytest.raises(core.LedgerInputError, match="ledger is full: its state is"):
         while True:
-            ops = [intent(f"b{batches}-{n}", ["c"], payload=payload) for n in range(10)]
+            ops = [intent(f"b{batches}-{n}", ["c"], payload=payload) for n in range(5)]
             enqueue(state, *ops)
             batches += 1
     size = core.json_size(state)
-    assert core.STATE_BUDGET_BYTES // 2 < size <= core.STATE_BUDGET_BYTES
-    refused = [intent(f"again-{n}", ["c"], payload=payload) for n in range(10)]
+    assert STATE_BUDGET_BYTES // 2 < size <= STATE_BUDGET_BYTES
+    refused = [intent(f"again-{n}", ["c"], payload=payload) for n in range(5)]
     before = dict(state.operations)
     with pytest.raises(core.LedgerInputError):
         enqueue(state, *refused)
@@ -142,7 +143,7 @@ def test_a_full_ledger_refuses_more_until_operations_resolve() -> None:
     while len(state.forgotten) < len(before):
         resolve_everything(state, cfg)
         core.compact(state, cfg)
-    assert len(enqueue(state, *refused).accepted) == 10
+    assert len(enqueue(state, *refused).accepted) == 5
 
 
 def test_a_frozen_body_far_larger_than_its_intent_is_not_frozen() -> None:

@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from workflows.budget import STATE_BUDGET_BYTES
 from workflows.ledger.models import (
     MAX_BATCH_BYTES,
     MAX_PAYLOAD_BYTES,
@@ -59,8 +60,6 @@ from workflows.ledger.models import (
 MISSING_PARTICIPANTS = "missing_participants"
 PARTICIPANT_MISMATCH = "participant_mismatch"
 INVALID_COMPILE_RESULT = "invalid_compile_result"
-# The carried state's budget: well under Temporal's 2 MB payload limit (see check_budget).
-STATE_BUDGET_BYTES = 1024 * 1024
 # A frozen body may be at most this much larger than twice its intent (see freeze).
 BODY_SLACK_BYTES = 4096
 # Errors recorded on an operation are cut to this many characters.

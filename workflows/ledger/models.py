@@ -9,13 +9,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-# Input limits: with them and the state budget (core.STATE_BUDGET_BYTES) everything the
+# Input limits: with them and the state budget (workflows.budget) everything the
 # ledger carries across continue-as-new stays well under Temporal's 2 MB payload limit.
 MAX_ID_LENGTH = 100
 MAX_REFERENCES = 64  # participants, and dependencies, of one operation
 MAX_PAYLOAD_BYTES = 16 * 1024  # one operation's payload, as JSON
 MAX_BATCH_OPERATIONS = 100
-MAX_BATCH_BYTES = 512 * 1024  # one enqueue, as JSON
+MAX_BATCH_BYTES = 128 * 1024  # one enqueue, as JSON
 
 OperationPhase = Literal["pending", "dispatched", "resolved", "blocked"]
 RequestPhase = Literal["frozen", "in_flight", "resolved", "blocked"]

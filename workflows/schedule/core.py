@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from workflows.budget import STATE_BUDGET_BYTES
 from workflows.schedule.cron import NextOccurrence
 from workflows.schedule.models import (
     MAX_DELAY_MS,
@@ -74,9 +75,6 @@ class ScheduleState(BaseModel):
     skipped_ticks: int = 0
 
 
-# The carried state's budget, well under Temporal's 2 MB payload limit: a run that would take
-# the state past it is not recorded (a tick is skipped, a trigger or backfill refused).
-STATE_BUDGET_BYTES = 1024 * 1024
 # `set.params` as JSON; every run carries the params of the version it ran under.
 MAX_PARAMS_BYTES = 8 * 1024
 MAX_EXPRESSION_LENGTH = 500
