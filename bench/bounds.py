@@ -114,8 +114,7 @@ async def _ledger_bounds(ctx: Ctx) -> None:
     resolved = 0
     deadline = time.monotonic() + (600 if ctx.quick else 2400)
     while time.monotonic() < deadline:
-        counts = (await handle.query("snapshot", {"limit": 1}))["counts"]
-        resolved = counts["operations"].get("resolved", 0) + counts["forgotten"]
+        resolved = (await handle.query("snapshot", {"limit": 1}))["counts"]["resolved_total"]
         if resolved >= total:
             break
         await asyncio.sleep(1.0)

@@ -330,12 +330,10 @@ def critical_path(ops: list[dict[str, Any]]) -> int:
 
 
 def _phases(snapshot: Any) -> dict[str, int]:
-    """Operations per phase from the snapshot's counts (resolved ones that left the state
-    count as resolved)."""
+    """Operations per phase from the snapshot's counts; resolved: all since the ledger began."""
     counts = snapshot.get("counts", {}) if isinstance(snapshot, dict) else {}
     phases = dict(counts.get("operations", {}))
-    if counts.get("forgotten"):
-        phases["resolved"] = phases.get("resolved", 0) + counts["forgotten"]
+    phases["resolved"] = counts.get("resolved_total", phases.get("resolved", 0))
     return phases
 
 

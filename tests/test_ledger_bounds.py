@@ -103,6 +103,7 @@ def test_whatever_is_enqueued_the_state_keeps_its_bounds(
             expected = known in in_state or known in state.forgotten
             assert core.is_known(state, known) is expected
         assert len(state.requests) == len(in_state)
+        assert state.resolved_total == len(resolved_ids)
 
 
 def test_limits_name_the_field_the_value_and_the_limit() -> None:
@@ -172,6 +173,7 @@ def test_snapshot_pages_by_sequence_and_phase_with_counts() -> None:
         "operations": {"blocked": 1, "dispatched": 3, "resolved": 2},
         "requests": {"in_flight": 3, "resolved": 2},
         "forgotten": 0,
+        "resolved_total": 2,
     }
     with pytest.raises(core.LedgerInputError, match="limit: Input should be less than or equal"):
         core.parse_snapshot_query({"limit": 10_000})

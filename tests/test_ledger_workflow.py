@@ -706,6 +706,7 @@ async def test_resolved_operations_leave_the_carried_state_but_their_ids_are_hon
     assert [o["id"] for o in snap["operations"]] == ["op0", "after"]
     assert snap["counts"]["operations"] == {"resolved": 2}
     assert snap["counts"]["forgotten"] == 4
+    assert snap["counts"]["resolved_total"] == 10
     runs = [e async for e in client.list_workflows(f"WorkflowId = 'ledger:{unique}'")]
     assert len(runs) > 1, "the ledger never continued as new"
     history = await handle.fetch_history()

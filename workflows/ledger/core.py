@@ -570,6 +570,7 @@ def record_finished(state: LedgerState, report: RequestReport) -> bool:
     if report.phase == "resolved":
         request.phase = "resolved"
         _release_claims(state, request.id)
+        state.resolved_total += len(request.operation_ids)
         for op_id in request.operation_ids:
             record = state.operations[op_id]
             record.phase = "resolved"
@@ -661,6 +662,7 @@ def skip(state: LedgerState, op_id: str, reason: str) -> None:
         _release_claims(state, request.id)
     record.phase = "resolved"
     record.outcome = SKIPPED
+    state.resolved_total += 1
     record.error = reason
     record.blockers = []
 
@@ -735,12 +737,14 @@ def parse_snapshot_query(raw: Any) -> SnapshotQuery:
 
 
 def counts(state: LedgerState) -> dict[str, Any]:
-    """Operations and requests per phase, and how many resolved IDs are remembered."""
+    """Operations and requests per phase, how many resolved IDs are remembered, and how many
+    operations were resolved since the ledger began."""
     requests: Counter[str] = Counter(q.phase for q in state.requests.values())
     return {
         "operations": phase_counts(state),
         "requests": dict(sorted(requests.items())),
         "forgotten": len(state.forgotten),
+        "resolved_total": state.resolved_total,
     }
 
 

@@ -196,6 +196,8 @@ class LedgerState(BaseModel):
     # Resolved operations that left `operations` (oldest first): id -> outcome. Duplicate
     # detection and dependencies honour them; the oldest are dropped past `remember_ids`.
     forgotten: dict[str, str] = Field(default_factory=dict)
+    # Operations resolved since the ledger began (applied, rejected or skipped).
+    resolved_total: int = 0
     requests: dict[str, RequestRecord] = Field(default_factory=dict)
     # op id -> request id reserved while its compile activity runs.
     compiling: dict[str, str] = Field(default_factory=dict)
