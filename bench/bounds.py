@@ -15,8 +15,11 @@ import asyncio
 import random
 import time
 import uuid
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
@@ -27,25 +30,23 @@ if TYPE_CHECKING:
 PAYLOAD_LIMIT = 2 * 1024 * 1024
 
 
-def _payload_sizes(event: HistoryEvent) -> list[int]:
-    """Sizes of every payload an event carries (inputs, results, signal and update args)."""
+def _payload_sizes(message: Message) -> list[int]:
+    """Sizes of every payload a history event carries (inputs, results, signal and update
+    arguments, memos), found by walking its fields."""
+    if isinstance(message, Payload):
+        return [len(message.data)]
     sizes: list[int] = []
-
-    def walk(message: Any) -> None:
-        for descriptor, value in message.ListFields():
-            if descriptor.message_type is None:
-                continue
-            if descriptor.message_type.name == "Payload":
-                values = value if descriptor.label == descriptor.LABEL_REPEATED else [value]
-                sizes.extend(len(v.data) for v in values)
-            elif descriptor.label == descriptor.LABEL_REPEATED:
-                for item in value:
-                    if hasattr(item, "ListFields"):
-                        walk(item)
-            elif hasattr(value, "ListFields"):
-                walk(value)
-
-    walk(event)
+    for _, value in message.ListFields():
+        if isinstance(value, Message):
+            sizes += _payload_sizes(value)
+        elif isinstance(value, Mapping):
+            for item in value.values():
+                if isinstance(item, Message):
+                    sizes += _payload_sizes(item)
+        elif not isinstance(value, str | bytes) and isinstance(value, Iterable):
+            for item in value:
+                if isinstance(item, Message):
+                    sizes += _payload_sizes(item)
     return sizes
 
 
