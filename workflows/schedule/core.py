@@ -348,6 +348,10 @@ class ScheduleCore:
             cursor = checked_next(self.next_occurrence, stored.expression, cursor)
         return times
 
+    def unrecorded_backfill_times(self, start_at: int, end_at: int) -> list[int]:
+        """The occurrences in [start_at, end_at) that are not recorded runs already."""
+        return [t for t in self.backfill_times(start_at, end_at) if t not in self.state.runs]
+
     def backfill(self, start_at: int, end_at: int) -> list[Run]:
         """Record a queued run for each occurrence in [start_at, end_at) not already recorded.
 
@@ -355,7 +359,7 @@ class ScheduleCore:
         workflow ID rejects the duplicate start, so it still runs at most once (S6)."""
         stored = self.state.schedule
         recorded: list[Run] = []
-        times = [t for t in self.backfill_times(start_at, end_at) if t not in self.state.runs]
+        times = self.unrecorded_backfill_times(start_at, end_at)
         self.check_room(len(times), "backfill")
         for time in times:
             assert stored is not None

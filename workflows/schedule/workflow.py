@@ -352,8 +352,7 @@ class DurabilityScheduleWorkflow:
 
     def _record_progress(self, **extra: int) -> None:
         running = self._core.running_count()
-        queued = sum(1 for run in self._core.state.runs.values() if run.state == RunStatus.QUEUED)
-        record_progress({"running": running, "queued": queued, **extra})
+        record_progress({"running": running, "queued": self._core.queued_count(), **extra})
 
     async def _hand_over_runs(self) -> None:
         """Before continuing as new: every run this workflow still watches acknowledges by
@@ -490,9 +489,7 @@ class DurabilityScheduleWorkflow:
     def _settle(self, scheduled_time: int, outcome: Outcome) -> None:
         # Wake the loop only when a queued run can take the freed slot: every wake-up
         # cancels and restarts the tick timer (two more history events).
-        if self._core.settle(scheduled_time, outcome) and any(
-            run.state == RunStatus.QUEUED for run in self._core.state.runs.values()
-        ):
+        if self._core.settle(scheduled_time, outcome) and self._core.queued_count():
             self._dirty = True
 
     @workflow.signal(name=RUN_ACKNOWLEDGED_SIGNAL)
@@ -505,7 +502,7 @@ class DurabilityScheduleWorkflow:
         held_slot = run is not None and run.state == RunStatus.RUNNING
         self._core.forget(scheduled_time)
         # A run whose outcome went out within SETTLE_GRACE never signalled `run_settled`.
-        if held_slot and any(r.state == RunStatus.QUEUED for r in self._core.state.runs.values()):
+        if held_slot and self._core.queued_count():
             self._dirty = True
 
     # --- pause, trigger, backfill (beyond the seed; what native Schedules users expect) ---
@@ -551,8 +548,9 @@ class DurabilityScheduleWorkflow:
     def validate_backfill(self, raw: Any = None) -> None:
         """Reject a malformed, future or too large range before anything is recorded."""
         start_at, end_at = parse_backfill(raw, _now_ms())
-        times = self._core.backfill_times(start_at, end_at)
-        self._core.check_room(sum(1 for t in times if t not in self._core.state.runs), "backfill")
+        self._core.check_room(
+            len(self._core.unrecorded_backfill_times(start_at, end_at)), "backfill"
+        )
 
     def _emit_recorded(self, runs: list[Run], now: int) -> None:
         queued = self._core.running_count() >= self._core.max_concurrent_runs
