@@ -296,3 +296,17 @@ def test_max_queued_runs_zero_skips_a_tick_only_while_every_slot_is_busy() -> No
     core.settle(1000, Outcome(status="complete"))
     core.forget(1000)
     assert isinstance(core.tick(3000), Run)
+
+
+def test_running_runs_are_asked_for_their_slots_only_while_a_queued_run_waits() -> None:
+    core = ScheduleCore(ScheduleState(), every, max_concurrent_runs=2)
+    core.set(SetRequest(expression="every:1000", version=1), 0, lambda m: 0)
+    first, second = core.trigger(10), core.trigger(20)
+    core.take_startable()
+    assert core.runs_to_ask_for_slots() == []  # both slots held, nothing waits
+    core.trigger(30)
+    assert core.runs_to_ask_for_slots() == [first.scheduled_time, second.scheduled_time]
+    core.settle(first.scheduled_time, Outcome(status="complete"))  # its run stopped
+    assert core.runs_to_ask_for_slots() == []  # a slot is free: the queued run takes it
+    assert [run.scheduled_time for run in core.take_startable()] == [30]
+    assert core.runs_to_ask_for_slots() == []

@@ -5,8 +5,12 @@ record the new code's histories next to the old ones with
 
 - `schedule_parent.json`, `schedule_run.json`: before any patch (acknowledgement by signal,
   `DurabilityNextTickAt` upserted on every tick).
-- `schedule_parent_ack_by_completion.json`, `schedule_run_ack_by_completion.json`: with the
-  `schedule-ack-by-completion` and `schedule-next-tick-published-per-minute` patches."""
+- `schedule_parent_ack_by_completion.json`: with the `schedule-ack-by-completion` and
+  `schedule-next-tick-published-per-minute` patches; `schedule_parent_0_1_barrier.json`: with
+  the completion barrier (`workflows.barrier`).
+- `schedule_parent_0_1.json`, `schedule_run_0_1.json`: the shape headed for 0.1.0 (a run frees
+  its slot early only when asked). Run histories of the earlier pre-release shapes (a settle
+  grace timer in every run) were replaced, not patched: no release ever ran them."""
 
 from __future__ import annotations
 
@@ -48,7 +52,8 @@ def test_histories_of_both_workflows_are_committed() -> None:
         "schedule_parent.json",
         "schedule_run.json",
         "schedule_parent_ack_by_completion.json",
-        "schedule_run_ack_by_completion.json",
+        "schedule_parent_0_1.json",
+        "schedule_run_0_1.json",
     } <= names
 
 

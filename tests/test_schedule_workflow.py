@@ -356,7 +356,8 @@ async def test_continue_as_new_keeps_in_flight_runs_and_duplicates_nothing(
     async with schedule_worker(client, task_queue, recorder):
         handle = await start_schedule(client, task_queue, unique, continue_as_new_after_events=10)
         first_run_id = (await handle.describe()).run_id
-        # Runs longer than the drain before continue-as-new (5 s): still running at it.
+        # Runs outlasting the drain before continue-as-new (at most 10 more events here):
+        # still running at it.
         await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 6000})
 
         async def continued_twice() -> bool:
@@ -414,7 +415,7 @@ async def test_continue_as_new_waits_for_short_runs_to_end_and_hands_over_nothin
 ) -> None:
     recorder = Recorder()
     async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique, continue_as_new_after_events=10)
+        handle = await start_schedule(client, task_queue, unique, continue_as_new_after_events=20)
         first_run_id = (await handle.describe()).run_id
         await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 300})
 

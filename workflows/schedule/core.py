@@ -411,6 +411,13 @@ class ScheduleCore:
             run.attempt = 1
         return started
 
+    def runs_to_ask_for_slots(self) -> list[int]:
+        """When a queued run waits and every slot is held: the running runs, whose slots the
+        schedule asks back as soon as each run has stopped (its outcome may take longer)."""
+        if not self.queued_count() or self.running_count() < self.max_concurrent_runs:
+            return []
+        return sorted(t for t, run in self.state.runs.items() if run.state == RunStatus.RUNNING)
+
     def settle(self, scheduled_time: int, outcome: Outcome) -> bool:
         """A running run stopped with `outcome`; frees its slot. False if unknown or settled."""
         run = self.state.runs.get(scheduled_time)

@@ -77,6 +77,9 @@ with workflow.unsafe.imports_passed_through():
 # Internal signals between a schedule and its runs (not part of the wire contract).
 RUN_SETTLED_SIGNAL = "durability.run_settled"
 RUN_ACKNOWLEDGED_SIGNAL = "durability.run_acknowledged"
+# Schedule -> run: a queued run waits for your slot; signal `run_settled` once the run has
+# stopped instead of leaving it to your completion, which waits for the outcome's delivery.
+SLOT_WANTED_SIGNAL = "durability.slot_wanted"
 # Schedules that recorded this patch (histories from before it carry no marker):
 # - start runs with `acknowledge_by_completion`: a run's completion is its acknowledgement
 #   and its outcome delivery overlaps the `run_settled` signal; the schedule hands its runs
@@ -91,15 +94,14 @@ SCHEDULE_PATCH = "schedule-ack-by-completion"
 # without worker versioning.
 RUN_PATCH = "run-ack-by-completion"
 NEXT_TICK_PUBLISH_SLACK_MS = 60_000
-# Before continuing as new, stop starting runs and wait this long at most for the running
-# ones to end: Temporal refuses a continue-as-new that races a new event (a child's
-# completion, a signal), failing that workflow task (UnhandledCommand). Runs still alive
-# after it are handed over to signal reporting as before (`workflows.handover`).
-CONTINUE_AS_NEW_DRAIN = timedelta(seconds=5)
+# Before continuing as new, stop starting runs and wait until every started run has ended:
+# Temporal refuses a continue-as-new that races a new event (a child's completion, a
+# signal), failing that workflow task (UnhandledCommand). Runs still alive once the drain
+# has added as many events as the continue-as-new threshold, and at most this many (a run
+# that never ends must not grow the history without bound), are handed over to signal
+# reporting (`workflows.handover`).
+CONTINUE_AS_NEW_DRAIN_EVENTS = 1000
 DRAIN_PATCH = "schedule-drain-before-continue-as-new"
-# A run acknowledged by completion signals `run_settled` only when its outcome delivery
-# takes longer than this; a quick delivery settles and acknowledges it in one report.
-SETTLE_GRACE = timedelta(seconds=1)
 # Time a cancelled run activity gets, beyond run_timeout_ms, to acknowledge cancellation.
 RUN_CANCEL_GRACE = timedelta(seconds=30)
 LIFECYCLE_TIMEOUT = timedelta(seconds=10)
@@ -187,6 +189,12 @@ class DurabilityScheduleWorkflow:
         )
         self._lifecycle = _Lifecycle(self._settings)
         self._starts: set[asyncio.Task[None]] = set()
+        self._starting: set[int] = set()
+        # Running runs asked for their slot (SLOT_WANTED_SIGNAL), and the signals in flight.
+        self._asked: set[int] = set()
+        self._asks: set[asyncio.Task[None]] = set()
+        # While draining before continue-as-new: the history length at which to stop waiting.
+        self._drain_ends_at: int | None = None
         # Runs started by this run of the workflow, awaited to their completion (the ack).
         self._watches: dict[int, asyncio.Task[None]] = {}
         self._dirty = False
@@ -204,29 +212,28 @@ class DurabilityScheduleWorkflow:
                 self._input_error, type="InvalidScheduleInput", non_retryable=True
             )
         timer_fired = False
-        drain_until: int | None = None
         while True:
             self._dirty = False
             now = _now_ms()
-            started = self._step(now, start_runs=drain_until is None)
-            if drain_until is None and self._should_continue_as_new():
+            started = self._step(now, start_runs=self._drain_ends_at is None)
+            if self._drain_ends_at is None and self._should_continue_as_new():
                 if not workflow.patched(DRAIN_PATCH):
                     break
-                drain_until = now + int(CONTINUE_AS_NEW_DRAIN.total_seconds() * 1000)
-            if drain_until is not None and (self._drained() or now >= drain_until):
+                self._drain_ends_at = workflow.info().get_current_history_length() + min(
+                    self._continue_as_new_after_events(), CONTINUE_AS_NEW_DRAIN_EVENTS
+                )
+            if self._drain_ends_at is not None and self._drain_over():
                 break
             wake_at = self._core.next_wake_at()
             if timer_fired and not started and wake_at is None:
                 # The tick's timer fired and this task starts nothing and sets no new timer,
                 # yet the tick may have queued a run: see workflows.barrier.
                 self._record_progress()
-            if drain_until is not None:
-                wake_at = drain_until if wake_at is None else min(wake_at, drain_until)
             timeout = None if wake_at is None else timedelta(milliseconds=wake_at - _now_ms())
             timer_fired = False
             try:
                 await workflow.wait_condition(
-                    self._woken if drain_until is None else self._woken_while_draining,
+                    self._woken if self._drain_ends_at is None else self._woken_while_draining,
                     timeout=timeout,
                     timeout_summary="next tick"
                     if wake_at is None
@@ -236,7 +243,10 @@ class DurabilityScheduleWorkflow:
                 timer_fired = True
         await workflow.wait_condition(
             lambda: (
-                not self._starts and not self._lifecycle.tasks and workflow.all_handlers_finished()
+                not self._starts
+                and not self._asks
+                and not self._lifecycle.tasks
+                and workflow.all_handlers_finished()
             )
         )
         if self._watches and workflow.patched(SCHEDULE_PATCH):
@@ -259,31 +269,70 @@ class DurabilityScheduleWorkflow:
         elif due is not None:
             self._emit(due, "due", now, queued=due not in startable)
         for run in startable:
+            self._starting.add(run.scheduled_time)
             task = asyncio.create_task(self._start_run(run))
             self._starts.add(task)
             task.add_done_callback(self._starts.discard)
+        if start_runs:
+            self._ask_for_slots()
         self._publish()
         return bool(startable)
+
+    def _ask_for_slots(self) -> None:
+        """A queued run waits and every slot is held: ask each running run to report as soon
+        as it stops, so its slot does not wait for its outcome's delivery. Costs two signals
+        per run, and only under contention; an uncontended run reports once, by completing."""
+        running = self._core.runs_to_ask_for_slots()
+        self._asked &= set(running)
+        for scheduled_time in running:
+            if scheduled_time in self._asked or scheduled_time in self._starting:
+                # A run whose child is still starting is asked once it has started.
+                continue
+            self._asked.add(scheduled_time)
+            task = asyncio.create_task(self._ask_for_slot(scheduled_time))
+            self._asks.add(task)
+            task.add_done_callback(self._asks.discard)
+
+    async def _ask_for_slot(self, scheduled_time: int) -> None:
+        run_id = run_workflow_id(self._object_id, scheduled_time)
+        try:
+            await workflow.get_external_workflow_handle(run_id).signal(SLOT_WANTED_SIGNAL)
+        except FailureError as error:
+            # The run already closed: its completion (or acknowledgement) frees the slot.
+            workflow.logger.debug("run %s took no slot request: %s", run_id, error)
 
     def _woken(self) -> bool:
         return self._dirty or self._should_continue_as_new()
 
     def _woken_while_draining(self) -> bool:
-        return self._dirty or self._drained()
+        return self._dirty or self._drain_over()
+
+    def _drain_over(self) -> bool:
+        """Every started run has ended, or the drain's allowance of events is spent."""
+        assert self._drain_ends_at is not None
+        return (
+            self._drained() or workflow.info().get_current_history_length() >= self._drain_ends_at
+        )
 
     def _drained(self) -> bool:
         """No run's child is alive (every recorded run is still queued) and nothing of this
         run of the workflow is pending: a continue-as-new now races no event."""
         return (
             not self._starts
+            and not self._asks
             and not self._lifecycle.tasks
             and all(run.state == RunStatus.QUEUED for run in self._core.state.runs.values())
         )
 
+    def _continue_as_new_after_events(self) -> int:
+        return self._settings.continue_as_new_after_events or DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS
+
     def _should_continue_as_new(self) -> bool:
         info = workflow.info()
-        limit = self._settings.continue_as_new_after_events or DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS
-        return info.is_continue_as_new_suggested() or info.get_current_history_length() >= limit
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= self._continue_as_new_after_events()
+        )
 
     def _emit(self, run: Run, event_type: str, now: int, **fields: Any) -> None:
         self._emit_event(run.scheduled_time, event_type, now, **fields)
@@ -317,6 +366,9 @@ class DurabilityScheduleWorkflow:
             watch = asyncio.create_task(self._watch_run(run.scheduled_time, handle))
             self._watches[run.scheduled_time] = watch
             watch.add_done_callback(lambda _: self._watches.pop(run.scheduled_time, None))
+            self._starting.discard(run.scheduled_time)
+            if self._drain_ends_at is None:
+                self._ask_for_slots()
         except WorkflowAlreadyStartedError:
             # At most once (S6): this run already exists (e.g. after a reset); it reports.
             workflow.logger.warning(
@@ -327,6 +379,8 @@ class DurabilityScheduleWorkflow:
             self._core.forget(run.scheduled_time)
             self._dirty = True
             self._record_progress(refused=run.scheduled_time)
+        finally:
+            self._starting.discard(run.scheduled_time)
 
     async def _watch_run(
         self,
@@ -501,7 +555,7 @@ class DurabilityScheduleWorkflow:
         run = self._core.state.runs.get(scheduled_time)
         held_slot = run is not None and run.state == RunStatus.RUNNING
         self._core.forget(scheduled_time)
-        # A run whose outcome went out within SETTLE_GRACE never signalled `run_settled`.
+        # A run nobody asked for its slot never signalled `run_settled`: this frees it.
         if held_slot and self._core.queued_count():
             self._dirty = True
 
@@ -590,11 +644,17 @@ class ScheduledRunWorkflow:
 
     def __init__(self) -> None:
         self._report_by_signal = False
+        self._slot_wanted = False
 
     @workflow.signal(name=REPORT_BY_SIGNAL)
     def report_by_signal(self) -> None:
-        """The schedule continued as new: acknowledge by signal, not by completing."""
+        """The schedule continued as new: report by signal, not by completing."""
         self._report_by_signal = True
+
+    @workflow.signal(name=SLOT_WANTED_SIGNAL)
+    def slot_wanted(self) -> None:
+        """A queued run waits for this run's slot: free it as soon as the run has stopped."""
+        self._slot_wanted = True
 
     @workflow.run
     async def run(self, input: ScheduledRunInput) -> ScheduledRunResult:
@@ -620,14 +680,14 @@ class ScheduledRunWorkflow:
             return ScheduledRunResult(
                 outcome=outcome, delivered=dead_letter is None, dead_letter_error=dead_letter
             )
-        # Usually the outcome is delivered at once and the completion reports both; when it
-        # is slow (retries), the run's slot is freed by signal after SETTLE_GRACE.
+        # The completion reports the run's end and its outcome's delivery at once, unless the
+        # schedule wants the slot back first (a queued run waits) or no longer watches this
+        # run (it continued as new): then the run's end is signalled as soon as it is known.
         delivery = asyncio.create_task(self._deliver(outcome))
-        try:
-            await workflow.wait_condition(
-                delivery.done, timeout=SETTLE_GRACE, timeout_summary="settle grace"
-            )
-        except TimeoutError:
+        await workflow.wait_condition(
+            lambda: delivery.done() or self._slot_wanted or self._report_by_signal
+        )
+        if not delivery.done():
             await self._signal_schedule(RUN_SETTLED_SIGNAL, settled_signal)
         dead_letter = await delivery
         await self._lifecycle.drain()
