@@ -117,6 +117,8 @@ def test_retry_delay_uses_the_configured_policy() -> None:
         ("query", {"outcome": "accepted"}, "retry", "query"),
         ("query", {"outcome": "unresolved"}, "retry", "submit"),
         ("query", {"outcome": "unresolved", "blocked": True}, "blocked", "query"),
+        # L13: a blocked submit was dispatched; resume asks before sending anything again.
+        ("submit", {"outcome": "unresolved", "blocked": True}, "blocked", "query"),
         ("submit", {"outcome": "banana"}, "retry", "query"),  # unknown answer: unresolved
         ("query", "not a status", "retry", "submit"),
     ],

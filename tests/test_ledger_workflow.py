@@ -226,14 +226,18 @@ async def test_network_error_is_unresolved_and_retried_with_the_same_body(
         await handle.execute_update("stop", {})
 
 
-async def test_blocked_status_holds_claims_until_resume_then_same_body_applies(
+async def test_blocked_status_holds_claims_until_resume_then_queries_before_resubmitting(
     client: Client, task_queue: str, unique: str
 ) -> None:
+    """L10, L13: a submit answered 401 was dispatched, so after `resume` the request asks
+    (query) before it sends the same frozen body again."""
     fixed = {"yes": False}
 
     def answer(method: str, _request_id: str, _count: int) -> Answer:
         if not fixed["yes"]:
             return 401, {}, {"error": "token expired"}
+        if method == "GET":
+            return 200, {}, {"outcome": "unresolved"}  # the blocked submit did not land
         return 200, {}, {"outcome": "applied"}
 
     with recording_server(answer) as server:
@@ -261,8 +265,9 @@ async def test_blocked_status_holds_claims_until_resume_then_same_body_applies(
     ops = operations(snap)
     assert ops["a"]["outcome"] == ops["b"]["outcome"] == "applied"
     sent = server.sent(ops["a"]["request_id"])
-    assert [r.method for r in sent] == ["POST", "POST"]  # the blocked submit, retried
-    assert len({r.body for r in sent}) == 1
+    # the blocked submit; after resume its query; then the same body again
+    assert [r.method for r in sent] == ["POST", "GET", "POST"]
+    assert len({r.body for r in sent if r.method == "POST"}) == 1
     assert server.violations == []
 
 

@@ -15,8 +15,9 @@ Life of an operation:
 Choices where the seed is silent:
 - A request counts as in flight (L4) while its compile runs and while its `FrozenRequest` loop
   runs, retry waits included.
-- `blocked` statuses retry the action that was blocked once resumed; transport errors and
-  unknown answers are `unresolved` (L7).
+- After a `blocked` status the next action is `query` (L13): a blocked submit was dispatched,
+  so whether it took effect is unknown until asked, and a blocked query is asked again.
+  Transport errors and unknown answers are `unresolved` (L7).
 - `resume` (L13) restarts blocked requests whose protocol is supported (same body, same key,
   recorded next action and attempt) and returns operations blocked at compile time
   (compile error, participant mismatch, invalid compile result) to pending so they are
@@ -529,15 +530,16 @@ def next_step(
 ) -> Step:
     """L7-L10 after the `attempt`-th call (1-based, submits and queries counted).
 
-    applied/rejected resolve; `blocked: true` blocks (the blocked action is retried on resume);
-    otherwise after a submit or an `accepted` the next action is query, after a query that
-    says `unresolved` it is submit, following the L8 delay.
+    applied/rejected resolve; `blocked: true` blocks, and `resume` then queries (L13: a
+    blocked submit was dispatched, its effect is unknown); otherwise after a submit or an
+    `accepted` the next action is query, after a query that says `unresolved` it is submit,
+    following the L8 delay.
     """
     status = normalize_status(raw_status)
     if status.outcome in ("applied", "rejected"):
         return Step("resolved", status, action)
     if status.blocked:
-        return Step("blocked", status, action)
+        return Step("blocked", status, "query")
     following: RequestAction = (
         "query" if action == "submit" or status.outcome == "accepted" else "submit"
     )
