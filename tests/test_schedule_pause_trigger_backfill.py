@@ -14,6 +14,7 @@ from tests.test_schedule_workflow import Recorder, schedule_worker
 from workflows.schedule.core import (
     MAX_BACKFILL_RUNS,
     InvalidRequest,
+    NoLiveSchedule,
     ScheduleCore,
     ScheduleState,
     parse_backfill,
@@ -51,7 +52,7 @@ def test_trigger_records_one_run_now_even_when_paused_and_needs_a_live_schedule(
     assert core.trigger(12_345) is run  # the same millisecond is the same run
     assert [r.state for r in core.take_startable()] == [RunStatus.RUNNING]
     empty = ScheduleCore(ScheduleState(), every, 1)
-    with pytest.raises(InvalidRequest, match="trigger needs a live schedule"):
+    with pytest.raises(NoLiveSchedule, match="trigger needs a live schedule"):
         empty.trigger(1)
 
 

@@ -446,6 +446,9 @@ async def test_bad_updates_are_rejected_naming_the_field_and_bad_signals_are_dro
         with pytest.raises(WorkflowUpdateFailedError) as rejected:
             await set_schedule(handle, expression="@every 1s", version=-1)
         assert "set.version" in str(rejected.value.cause) and "-1" in str(rejected.value.cause)
+        cause = rejected.value.cause
+        assert isinstance(cause, ApplicationError)
+        assert (cause.type, cause.non_retryable) == ("InvalidRequest", True)
 
         cli = await temporal(
             dev_server_address,
@@ -457,6 +460,8 @@ async def test_bad_updates_are_rejected_naming_the_field_and_bad_signals_are_dro
         )  # fmt: skip
         assert cli.returncode != 0
         assert "set.expression" in cli.stderr + cli.stdout
+        # What a CLI user reads: the stable type, and that resending will not help.
+        assert "(type: InvalidRequest, retryable: false)" in cli.stderr + cli.stdout
         assert "every second" in cli.stderr + cli.stdout
         assert await handle.query("get") is None
 
@@ -609,3 +614,30 @@ async def test_a_backfilled_time_that_already_ran_is_refused_by_its_child_id(
     # ...and its child workflow ID refused to start it a second time (S6).
     assert [r["scheduled_time"] for r in recorder.started].count(ran) == 1
     assert [run["scheduled_time"] for run, _, _ in recorder.outcomes].count(ran) == 1
+
+
+async def test_trigger_rejections_are_typed_and_not_retryable(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """A refused update says what kind of refusal it is and that resending will not help."""
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(
+            client, task_queue, unique, max_concurrent_runs=1, max_queued_runs=0
+        )
+        with pytest.raises(WorkflowUpdateFailedError) as no_schedule:
+            await handle.execute_update("trigger", {})
+        await set_schedule(handle, expression="0 0 1 1 *", version=1, params={"sleep_ms": 3000})
+        await handle.execute_update("trigger", {})  # takes the only slot for 3 s
+        with pytest.raises(WorkflowUpdateFailedError) as no_room:
+            await handle.execute_update("trigger", {})
+        await eventually(_no_runs_left(handle), timeout=30)
+    for rejected, kind, text in (
+        (no_schedule, "NoLiveSchedule", "trigger needs a live schedule"),
+        (no_room, "NoRoomForRuns", "max_queued_runs=0"),
+    ):
+        cause = rejected.value.cause
+        assert isinstance(cause, ApplicationError)
+        assert (cause.type, cause.non_retryable) == (kind, True)
+        assert text in cause.message
+    assert len(recorder.started) == 1

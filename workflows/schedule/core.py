@@ -31,7 +31,16 @@ Pick = Callable[[int], int]
 
 
 class InvalidRequest(ValueError):
-    """A `set`/`cancel` payload is malformed; the message names the field and the value."""
+    """A message is refused; the message names the field and the value. The class name is
+    the rejection's stable type on the wire (a subclass per kind of refusal)."""
+
+
+class NoRoomForRuns(InvalidRequest):
+    """`trigger`/`backfill` would pass `max_queued_runs` or the state budget."""
+
+
+class NoLiveSchedule(InvalidRequest):
+    """`trigger` with no schedule set, or after `cancel`."""
 
 
 class StoredSchedule(BaseModel):
@@ -221,18 +230,25 @@ class ScheduleCore:
             return STATE_BUDGET
         return None
 
+    def check_live(self, what: str) -> StoredSchedule:
+        """The live schedule; raise NoLiveSchedule when none is set or it was cancelled."""
+        stored = self.state.schedule
+        if stored is None or stored.expression is None:
+            raise NoLiveSchedule(f"{what} needs a live schedule: none is set, or it was cancelled")
+        return stored
+
     def check_room(self, count: int, what: str) -> None:
         """Raise InvalidRequest when `count` more runs of the live version do not fit."""
         stored = self.state.schedule
         reason = self.room_for(count, stored.params if stored is not None else {})
         if reason == QUEUE_FULL:
-            raise InvalidRequest(
+            raise NoRoomForRuns(
                 f"{what} refused: {count} more run(s) would pass max_queued_runs="
                 f"{self.max_queued_runs} ({self.queued_count()} queued, "
                 f"{self.running_count()} running of {self.max_concurrent_runs})"
             )
         if reason == STATE_BUDGET:
-            raise InvalidRequest(
+            raise NoRoomForRuns(
                 f"{what} refused: {count} more run(s) would take the schedule's state past "
                 f"{STATE_BUDGET_BYTES} bytes"
             )
@@ -319,10 +335,8 @@ class ScheduleCore:
     def trigger(self, now_ms: int) -> Run:
         """Record a run at `now_ms` outside the expression (paused or not); it queues like a tick.
 
-        Raises InvalidRequest when no schedule is live (there are no params to run with)."""
-        stored = self.state.schedule
-        if stored is None or stored.expression is None:
-            raise InvalidRequest("trigger needs a live schedule: none is set, or it was cancelled")
+        Raises NoLiveSchedule when no schedule is live (there are no params to run with)."""
+        stored = self.check_live("trigger")
         existing = self.state.runs.get(now_ms)
         if existing is not None:
             return existing

@@ -122,6 +122,12 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 
+def _reject(error: ValueError) -> ApplicationError:
+    """An update's rejection: not retryable (the same payload is refused again), typed by
+    the kind of refusal (`InvalidRequest`, `NoRoomForRuns`, `NoLiveSchedule`)."""
+    return ApplicationError(str(error), type=type(error).__name__, non_retryable=True)
+
+
 def _record_span(event: dict[str, Any]) -> None:
     """Record a lifecycle event as an OpenTelemetry span (never on replay)."""
     if workflow.unsafe.is_replaying() or TracingWorkflowInboundInterceptor._from_context() is None:
@@ -515,7 +521,10 @@ class DurabilityScheduleWorkflow:
     @set_update.validator
     def validate_set(self, raw: Any = None) -> None:
         """Reject a malformed `set` before anything is recorded."""
-        parse_set(raw, self.next_occurrence, _now_ms())
+        try:
+            parse_set(raw, self.next_occurrence, _now_ms())
+        except ValueError as error:  # InvalidRequest, or a bad next_occurrence (S7)
+            raise _reject(error) from None
 
     @workflow.signal(name="cancel")
     def cancel_signal(self, raw: Any = None) -> None:
@@ -533,7 +542,10 @@ class DurabilityScheduleWorkflow:
     @cancel_update.validator
     def validate_cancel(self, raw: Any = None) -> None:
         """Reject a malformed `cancel` before anything is recorded."""
-        parse_cancel(raw)
+        try:
+            parse_cancel(raw)
+        except InvalidRequest as error:
+            raise _reject(error) from None
 
     @workflow.signal(name=RUN_SETTLED_SIGNAL)
     def run_settled(self, settled: RunSettled) -> None:
@@ -583,11 +595,12 @@ class DurabilityScheduleWorkflow:
 
     @trigger.validator
     def validate_trigger(self, raw: Any = None) -> None:
-        """Reject a trigger with no live schedule."""
-        stored = self._core.state.schedule
-        if stored is None or stored.expression is None:
-            raise InvalidRequest("trigger needs a live schedule: none is set, or it was cancelled")
-        self._core.check_room(1, "trigger")
+        """Reject a trigger with no live schedule, or no room for its run."""
+        try:
+            self._core.check_live("trigger")
+            self._core.check_room(1, "trigger")
+        except InvalidRequest as error:
+            raise _reject(error) from None
 
     @workflow.update(name="backfill")
     def backfill(self, raw: Any = None) -> list[int]:
@@ -601,10 +614,13 @@ class DurabilityScheduleWorkflow:
     @backfill.validator
     def validate_backfill(self, raw: Any = None) -> None:
         """Reject a malformed, future or too large range before anything is recorded."""
-        start_at, end_at = parse_backfill(raw, _now_ms())
-        self._core.check_room(
-            len(self._core.unrecorded_backfill_times(start_at, end_at)), "backfill"
-        )
+        try:
+            start_at, end_at = parse_backfill(raw, _now_ms())
+            self._core.check_room(
+                len(self._core.unrecorded_backfill_times(start_at, end_at)), "backfill"
+            )
+        except InvalidRequest as error:
+            raise _reject(error) from None
 
     def _emit_recorded(self, runs: list[Run], now: int) -> None:
         queued = self._core.running_count() >= self._core.max_concurrent_runs
