@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError, FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durability.connect import connect, task_queue
+from workflows import search_attributes
 
 SCHEDULE_WORKFLOW = "DurabilitySchedule"
 LEDGER_WORKFLOW = "OperationLedger"
@@ -48,6 +49,17 @@ class RunView(TypedDict):
     state: str
     attempt: int
     error: Any
+
+
+class Listed(TypedDict):
+    """One schedule or ledger found by `list_schedules` / `list_ledgers` (visibility)."""
+
+    id: str
+    workflow_id: str
+    status: str
+    started_at: int
+    version: int | None
+    next_tick_at: int | None
 
 
 class EnqueueResult(TypedDict):
@@ -277,7 +289,40 @@ class DurabilityClient:
         result: list[RunView] = await self._query(schedule_workflow_id(object_id), "runs")
         return result
 
+    async def list_schedules(self, query: str | None = None, limit: int = 100) -> list[Listed]:
+        """Schedules found by visibility: running ones, or those matching `query` (a raw
+        visibility filter such as `DurabilityScheduleVersion > 2`), newest first."""
+        return await self._list(SCHEDULE_WORKFLOW, "schedule:", query, limit)
+
+    async def _list(
+        self, workflow_type: str, prefix: str, query: str | None, limit: int
+    ) -> list[Listed]:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        where = f"WorkflowType = '{workflow_type}' AND " + (
+            f"({query})" if query else "ExecutionStatus = 'Running'"
+        )
+        found: list[Listed] = []
+        async for execution in self.temporal.list_workflows(where, limit=limit):
+            attributes = execution.typed_search_attributes
+            next_tick = attributes.get(search_attributes.NEXT_TICK_AT)
+            found.append(
+                Listed(
+                    id=execution.id.removeprefix(prefix),
+                    workflow_id=execution.id,
+                    status=execution.status.name if execution.status else "UNKNOWN",
+                    started_at=int(execution.start_time.timestamp() * 1000),
+                    version=attributes.get(search_attributes.SCHEDULE_VERSION),
+                    next_tick_at=None if next_tick is None else int(next_tick.timestamp() * 1000),
+                )
+            )
+        return found
+
     # -- ledger -----------------------------------------------------------------
+
+    async def list_ledgers(self, query: str | None = None, limit: int = 100) -> list[Listed]:
+        """Ledgers found by visibility: running ones, or those matching `query`."""
+        return await self._list(LEDGER_WORKFLOW, "ledger:", query, limit)
 
     def ledger_handle(self, ledger_id: str) -> WorkflowHandle[Any, Any]:
         return self.temporal.get_workflow_handle(ledger_workflow_id(ledger_id))

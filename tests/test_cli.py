@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import sys
 import urllib.request
 from pathlib import Path
@@ -69,6 +70,70 @@ async def test_schedule_commands_set_get_runs_cancel(
         after = await durability_cli(dev_server_address, *cli, "schedule", "get", object_id)
         assert "no schedule" in after.stdout
         await client.get_workflow_handle(f"schedule:{object_id}").terminate("test done")
+
+
+ISO_UTC = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00"
+
+
+async def test_options_after_the_command_list_commands_and_iso_times_in_tables(
+    client: Client, dev_server_address: str, task_queue: str, unique: str, tmp_path: Path
+) -> None:
+    object_id, ledger_id = f"cli-list-{unique}", f"cli-list-{unique}"
+    queue = ("--task-queue", task_queue)
+    ops = tmp_path / "ops.json"
+    ops.write_text(json.dumps([{"id": "op-1", "operation_type": "t", "participants": ["c1"]}]))
+    async with running_worker(client, task_queue):
+        # Global options after the command, as the README's examples write them.
+        await durability_cli(
+            dev_server_address, "schedule", "set", object_id, "0 0 1 1 *", "--version", "4", *queue
+        )
+        triggered = await durability_cli(dev_server_address, "schedule", "trigger", object_id)
+        assert re.search(rf"scheduled_time\s+{ISO_UTC}", triggered.stdout), triggered.stdout
+        runs = await durability_cli(dev_server_address, "schedule", "runs", object_id, "--json")
+        assert all(isinstance(run["scheduled_time"], int) for run in json.loads(runs.stdout))
+        await durability_cli(
+            dev_server_address, "ledger", "enqueue", ledger_id, "--file", str(ops), *queue
+        )
+
+        schedule_filter = f"DurabilityObjectId = '{object_id}'"
+
+        async def listed_schedule() -> list[dict[str, Any]]:
+            found = await durability_cli(
+                dev_server_address, "schedule", "list", "--query", schedule_filter, "--json"
+            )
+            return [s for s in json.loads(found.stdout) if s["version"] == 4]
+
+        [schedule] = await eventually(listed_schedule, timeout=20)
+        assert (schedule["id"], schedule["status"]) == (object_id, "RUNNING")
+        assert isinstance(schedule["next_tick_at"], int)
+        shown = await durability_cli(
+            dev_server_address, "schedule", "list", "--query", schedule_filter
+        )
+        assert object_id in shown.stdout and re.search(ISO_UTC, shown.stdout), shown.stdout
+
+        async def listed_ledger() -> list[dict[str, Any]]:
+            found = await durability_cli(dev_server_address, "ledger", "list", "--json")
+            return [w for w in json.loads(found.stdout) if w["id"] == ledger_id]
+
+        [ledger] = await eventually(listed_ledger, timeout=20)
+        assert ledger["workflow_id"] == f"ledger:{ledger_id}" and ledger["status"] == "RUNNING"
+        await client.get_workflow_handle(f"schedule:{object_id}").terminate("test done")
+        await client.get_workflow_handle(f"ledger:{ledger_id}").terminate("test done")
+    # Terminated: no longer listed by default (running only), found by a status filter.
+    terminated = f"{schedule_filter} AND ExecutionStatus = 'Terminated'"
+
+    async def only_by_status() -> bool:
+        running = await durability_cli(
+            dev_server_address, "schedule", "list", "--limit", "10000", "--json"
+        )
+        closed = await durability_cli(
+            dev_server_address, "schedule", "list", "--query", terminated, "--json"
+        )
+        return object_id not in [w["id"] for w in json.loads(running.stdout)] and [
+            w["status"] for w in json.loads(closed.stdout)
+        ] == ["TERMINATED"]
+
+    await eventually(only_by_status, timeout=20)
 
 
 async def test_schedule_set_rejection_exits_one_and_names_the_field(
