@@ -15,6 +15,14 @@ Settings (environment):
       worker versioning: both set turns on Worker Deployment versioning.
   DURABILITY_ENCRYPTION_KEY  base64 AES-256 key: encrypt every payload (see durability/codec.py).
   DURABILITY_LEDGER_URL      base URL of the built-in http_submit/http_query activities.
+  DURABILITY_WEBHOOK_ALLOWED_URLS
+      comma-separated URL prefixes the built-in run_webhook/on_outcome_webhook activities may
+      POST to, e.g. https://hooks.example.com/,http://127.0.0.1:8080/ (scheme, host, port and
+      path prefix must match; `host:*` allows any port). Unset or empty (the default), every
+      webhook is refused; a malformed entry exits 2 naming it.
+  OTEL_SERVICE_NAME, OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_*
+      OpenTelemetry tracing (durability/tracing.py): off unless an exporter is asked for;
+      `otlp` sends OTLP/HTTP to the endpoint (default http://localhost:4318).
   DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK
       1 skips the startup check that the namespace has durability's search attributes
       (default 0: a missing or mistyped one exits 2 with the commands that register it).
@@ -39,8 +47,10 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
+from activities.schedule import WebhookAllowlist, WebhookAllowlistError
 from durability.connect import ConfigurationError, connect, task_queue
 from durability.registry import all_workflows, builtin_activities, workflow_runner
+from durability.tracing import configure_tracing
 from workflows import search_attributes
 
 log = logging.getLogger("durability.worker")
@@ -58,6 +68,7 @@ SETTINGS = (
     "DURABILITY_ENCRYPTION_KEY",
     "DURABILITY_ENCRYPTION_KEY_ID",
     "DURABILITY_LEDGER_URL",
+    "DURABILITY_WEBHOOK_ALLOWED_URLS",
     "DURABILITY_LOG_LEVEL",
     "DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK",
 )
@@ -115,6 +126,15 @@ def _flag_setting(env: Mapping[str, str], name: str) -> bool:
     if raw.strip().lower() in ("", "0", "false", "no"):
         return False
     raise ConfigurationError(f"{name} must be 1 or 0, got {raw!r}")
+
+
+def webhook_allowlist(env: Mapping[str, str]) -> WebhookAllowlist:
+    """Read DURABILITY_WEBHOOK_ALLOWED_URLS; a malformed entry raises ConfigurationError
+    naming it."""
+    try:
+        return WebhookAllowlist.from_env(env)
+    except WebhookAllowlistError as error:
+        raise ConfigurationError(str(error)) from None
 
 
 # Refusals that mean "you may not look" (e.g. a hosted namespace), not "it is missing".
@@ -215,6 +235,7 @@ async def run_worker(env: Mapping[str, str] | None = None) -> None:
     tuning = worker_tuning(env)
     deployment = _deployment(env)
     skip_check = _flag_setting(env, "DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK")
+    webhooks = webhook_allowlist(env)
     client = await connect(env, runtime=_runtime(metrics_port))
     if not skip_check:
         await check_search_attributes(client)
@@ -222,7 +243,7 @@ async def run_worker(env: Mapping[str, str] | None = None) -> None:
         client,
         task_queue=queue,
         workflows=all_workflows(),
-        activities=list(builtin_activities()),
+        activities=list(builtin_activities(webhook_allowlist=webhooks)),
         workflow_runner=workflow_runner(),
         graceful_shutdown_timeout=timedelta(seconds=drain),
         deployment_config=deployment,
@@ -242,6 +263,12 @@ async def run_worker(env: Mapping[str, str] | None = None) -> None:
         metrics_port or "off",
         ", ".join(f"{name}={value}" for name, value in asdict(tuning).items()),
     )
+    log.info(
+        "webhook activities may POST under: %s",
+        webhooks
+        if webhooks.prefixes
+        else "nothing (DURABILITY_WEBHOOK_ALLOWED_URLS is unset or empty)",
+    )
     async with worker:
         await stop.wait()
         log.info("shutting down: draining for up to %ss", drain)
@@ -253,11 +280,16 @@ def main() -> int:
         level=os.environ.get("DURABILITY_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    tracing = None
     try:
+        tracing = configure_tracing("durability-worker")
         asyncio.run(run_worker())
     except ConfigurationError as error:
         print(f"durability worker: {error}", file=sys.stderr)
         return 2
+    finally:
+        if tracing is not None:
+            tracing.shutdown()  # send the last spans before leaving
     return 0
 
 

@@ -6,7 +6,11 @@ for the defaults, and what a user's own service in any SDK replaces):
 - ``run`` / ``on_outcome``: log the run / its outcome (the default, so a demo needs no code).
 - ``run_webhook`` / ``on_outcome_webhook``: POST JSON to ``params["url"]`` (the outcome to
   ``params.get("outcome_url", params["url"])``) with ``Idempotency-Key: <idempotency_key>``;
-  a non-2xx answer raises, so Temporal retries under the schedule's policy.
+  a non-2xx answer raises, so Temporal retries under the schedule's policy. Only URLs under a
+  prefix of the operator's ``DURABILITY_WEBHOOK_ALLOWED_URLS`` are called (see
+  :class:`WebhookAllowlist`): whoever may ``set`` a schedule chooses the URL, so without the
+  list every worker would be an open proxy (cloud metadata, loopback admin ports) whose
+  answers end up in the run's error. Unset or empty, every webhook is refused.
 - ``lifecycle``: log a lifecycle event (S12).
 
 ``outcome_retry`` lifecycle events are known only where the failed attempt ran, so they come
@@ -21,11 +25,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 from opentelemetry import trace
@@ -44,6 +51,8 @@ log = logging.getLogger("durability.schedule")
 lifecycle_log = logging.getLogger("durability.schedule.lifecycle")
 
 DEFAULT_HEARTBEAT_PERIOD = timedelta(seconds=5)
+# How much of a refusing webhook's answer goes into the error (and so the run's history).
+_EXCERPT_CHARS = 200
 
 
 @asynccontextmanager
@@ -137,11 +146,176 @@ class WebhookError(Exception):
     """Raised (as an ApplicationError of this type) when a webhook answers non-2xx."""
 
 
-class ScheduleActivities:
-    """The built-in schedule activities, with their HTTP client injected."""
+class WebhookNotAllowed(Exception):
+    """Raised (as a non-retryable ApplicationError of this type) for a refused webhook URL."""
 
-    def __init__(self, http: httpx.AsyncClient | None = None) -> None:
-        self._http = http or httpx.AsyncClient(timeout=httpx.Timeout(30.0))
+
+ALLOWED_URLS_ENV = "DURABILITY_WEBHOOK_ALLOWED_URLS"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+# `http://127.0.0.1:*/`: any port of that host (the authority ends with `:*`).
+_ANY_PORT_ENTRY = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*):\*(?P<tail>[/?#].*)?")
+_SHOWN_URL_CHARS = 300
+
+
+class WebhookAllowlistError(ValueError):
+    """A malformed `DURABILITY_WEBHOOK_ALLOWED_URLS` entry; the message names the entry."""
+
+
+def _dot_segments(path: str) -> bool:
+    """Whether a (percent-decoded) path has `.` or `..` segments (`\\` counted as `/`,
+    as some servers do): a server resolving them would leave the allowed prefix."""
+    return any(segment in (".", "..") for segment in re.split(r"[/\\]", path))
+
+
+def _raw_path(url: httpx.URL) -> str:
+    return url.raw_path.split(b"?", 1)[0].decode("ascii", errors="replace") or "/"
+
+
+@dataclass(frozen=True)
+class WebhookUrlPrefix:
+    """One allowed prefix: scheme, lowercased host, effective port (None: any) and path."""
+
+    scheme: str
+    host: str
+    port: int | None
+    path: str
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{'*' if self.port is None else self.port}{self.path}"
+
+    def matches(self, url: httpx.URL) -> bool:
+        """Same scheme, host and effective port; the raw path under ours on a `/` boundary
+        (`/hooks` allows `/hooks` and `/hooks/x`, not `/hooksevil`; `/hooks/` needs the
+        slash)."""
+        if (
+            url.scheme != self.scheme
+            or url.raw_host.decode("ascii", errors="replace").lower() != self.host
+        ):
+            return False
+        if self.port is not None and (url.port or _DEFAULT_PORTS[url.scheme]) != self.port:
+            return False
+        path = _raw_path(url)
+        if self.path.endswith("/"):
+            return path.startswith(self.path)
+        return path == self.path or path.startswith(f"{self.path}/")
+
+
+def _parse_prefix(entry: str) -> WebhookUrlPrefix:
+    def malformed(problem: str) -> WebhookAllowlistError:
+        return WebhookAllowlistError(f"{ALLOWED_URLS_ENV} entry {entry!r} {problem}")
+
+    text, any_port = entry, False
+    if match := _ANY_PORT_ENTRY.fullmatch(entry):
+        text, any_port = match["head"] + (match["tail"] or ""), True
+        authority = match["head"].split("://", 1)[1]
+        if re.search(r":[0-9]*$", authority):
+            raise malformed("names both a port and ':*'")
+    try:
+        url = httpx.URL(text)
+    except (httpx.InvalidURL, ValueError) as error:
+        raise malformed(f"is not a URL ({error})") from None
+    if url.scheme not in _DEFAULT_PORTS:
+        raise malformed("must start with http:// or https://")
+    if not url.raw_host:
+        raise malformed("has no host")
+    if url.userinfo or "@" in text.split("://", 1)[-1].split("/", 1)[0]:
+        raise malformed("must not carry user info ('user@')")
+    if url.query or url.fragment or "?" in text or "#" in text:
+        raise malformed("must not have a query or fragment")
+    if url.port is not None and not 0 < url.port < 65536:
+        raise malformed(f"has an invalid port {url.port}")
+    if _dot_segments(url.path):
+        raise malformed("must not have '.' or '..' path segments")
+    try:
+        host = url.raw_host.decode("ascii").lower()
+    except UnicodeDecodeError:
+        raise malformed("has a host that is not ASCII") from None
+    port = None if any_port else (url.port or _DEFAULT_PORTS[url.scheme])
+    return WebhookUrlPrefix(scheme=url.scheme, host=host, port=port, path=_raw_path(url))
+
+
+@dataclass(frozen=True)
+class WebhookAllowlist:
+    """The URL prefixes the webhook activities may POST to (`DURABILITY_WEBHOOK_ALLOWED_URLS`).
+
+    The setting is a comma-separated list of prefixes such as
+    `https://hooks.example.com/,http://127.0.0.1:8080/`; `http://127.0.0.1:*/` allows any
+    port of a host. A URL is allowed when it is http(s), carries no user info, has no `.`/`..`
+    path segments, and one prefix has its scheme, host (compared lowercased, as written: no
+    DNS lookup, so a name that resolves elsewhere later is not caught), effective port and a
+    path under the prefix's on a `/` boundary. Matching uses the parsed URL (the one that is
+    then requested), never the string, so `https://hooks.example.com.evil.net/` and
+    `https://hooks.example.com@evil.net/` do not pass `https://hooks.example.com/`.
+    Empty (the default), every URL is refused.
+    """
+
+    prefixes: tuple[WebhookUrlPrefix, ...] = ()
+
+    @classmethod
+    def parse(cls, value: str | None) -> WebhookAllowlist:
+        """Parse the setting's value; a malformed entry raises WebhookAllowlistError."""
+        entries = [entry.strip() for entry in (value or "").split(",")]
+        return cls(tuple(_parse_prefix(entry) for entry in entries if entry))
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> WebhookAllowlist:
+        """The allowlist from `DURABILITY_WEBHOOK_ALLOWED_URLS` (default: this process's)."""
+        return cls.parse((os.environ if env is None else env).get(ALLOWED_URLS_ENV))
+
+    def __str__(self) -> str:
+        return ",".join(str(prefix) for prefix in self.prefixes) or "(none)"
+
+    def check(self, url: str) -> httpx.URL:
+        """The parsed URL to request, or a non-retryable `WebhookNotAllowed` ApplicationError
+        naming the URL and the setting."""
+        try:
+            parsed = httpx.URL(url)
+        except (httpx.InvalidURL, ValueError) as error:
+            self._refuse(url, f"it is not a valid URL ({error})")
+        if parsed.scheme not in _DEFAULT_PORTS:
+            self._refuse(url, "only http:// and https:// URLs may be called")
+        if not parsed.raw_host:
+            self._refuse(url, "it has no host")
+        if parsed.userinfo:
+            self._refuse(url, "it carries user info ('user@')")
+        if _dot_segments(parsed.path):
+            self._refuse(url, "its path has '.' or '..' segments")
+        if not self.prefixes:
+            self._refuse(url, f"{ALLOWED_URLS_ENV} is unset or empty on this worker")
+        if not any(prefix.matches(parsed) for prefix in self.prefixes):
+            self._refuse(url, "it is under none of the allowed URL prefixes")
+        return parsed
+
+    @staticmethod
+    def _refuse(url: str, reason: str) -> NoReturn:
+        shown = url if len(url) <= _SHOWN_URL_CHARS else f"{url[:_SHOWN_URL_CHARS]}..."
+        raise ApplicationError(
+            f"webhook URL {shown!r} refused: {reason}; the worker's operator lists the URL "
+            f"prefixes webhooks may call in {ALLOWED_URLS_ENV}",
+            type=WebhookNotAllowed.__name__,
+            non_retryable=True,
+        )
+
+
+class ScheduleActivities:
+    """The built-in schedule activities, with their HTTP client and webhook allowlist
+    injected (default: a client of our own and `DURABILITY_WEBHOOK_ALLOWED_URLS`, parsed once
+    here; a malformed value raises WebhookAllowlistError).
+
+    Webhook redirects are never followed (every POST passes `follow_redirects=False`, even on
+    an injected client that would follow them): a 3xx is a non-2xx answer, a retryable
+    WebhookError, so an allowed server cannot bounce the worker to an address outside the
+    list.
+    """
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient | None = None,
+        allowed_urls: WebhookAllowlist | None = None,
+    ) -> None:
+        self._http = http or httpx.AsyncClient(timeout=httpx.Timeout(30.0), follow_redirects=False)
+        self._allowed = WebhookAllowlist.from_env() if allowed_urls is None else allowed_urls
 
     @activity.defn(name="run")
     async def log_run(self, run: ScheduledRunObject) -> None:
@@ -172,26 +346,34 @@ class ScheduleActivities:
     @activity.defn(name="on_outcome_webhook")
     async def outcome_webhook(self, run: ScheduledRunObject, outcome: Outcome) -> None:
         """POST `{run, outcome, attempt}` to `params.get("outcome_url", params["url"])`."""
-        url = run.params.get("outcome_url") or _url(run, "url")
+        url = _url(run, "outcome_url" if run.params.get("outcome_url") else "url")
         body = {
             "run": run.model_dump(mode="json"),
             "outcome": outcome.wire(),
             "attempt": activity.info().attempt,
         }
         async with outcome_retry_events(run):
-            await self._post(str(url), body, run.idempotency_key)
+            await self._post(url, body, run.idempotency_key)
 
     async def _post(self, url: str, body: dict[str, Any], key: str) -> None:
+        target = self._allowed.check(url)  # before any network access
         async with heartbeating():
             try:
-                response = await self._http.post(url, json=body, headers={"Idempotency-Key": key})
+                response = await self._http.post(
+                    target,
+                    json=body,
+                    headers={"Idempotency-Key": key},
+                    follow_redirects=False,  # a redirect could leave the allowlist
+                )
             except httpx.HTTPError as error:
                 raise ApplicationError(
                     f"POST {url} failed: {error!r}", type="WebhookTransportError"
                 ) from error
         if not response.is_success:
+            redirect = " (webhook redirects are not followed)" if response.is_redirect else ""
             raise ApplicationError(
-                f"POST {url} answered {response.status_code}: {response.text[:200]}",
+                f"POST {url} answered {response.status_code}{redirect}: "
+                f"{response.text[:_EXCERPT_CHARS]}",
                 type=WebhookError.__name__,
             )
 
@@ -207,9 +389,12 @@ def _url(run: ScheduledRunObject, key: str) -> str:
     return url
 
 
-def schedule_activities(http: httpx.AsyncClient | None = None) -> list[Callable[..., Any]]:
-    """The built-in schedule activities to register on a worker."""
-    activities = ScheduleActivities(http)
+def schedule_activities(
+    http: httpx.AsyncClient | None = None, allowed_urls: WebhookAllowlist | None = None
+) -> list[Callable[..., Any]]:
+    """The built-in schedule activities to register on a worker; the webhooks call only
+    URLs in `allowed_urls` (default: `DURABILITY_WEBHOOK_ALLOWED_URLS`)."""
+    activities = ScheduleActivities(http, allowed_urls)
     return [
         activities.log_run,
         activities.log_outcome,

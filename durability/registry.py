@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+if TYPE_CHECKING:
+    from activities.schedule import WebhookAllowlist
 
 # The product's own four workflows are defined with `sandboxed=False` (see
 # `workflows/__init__.py`), so this runner serves users' workflows registered next to them.
@@ -35,9 +38,13 @@ def all_workflows() -> list[type]:
     ]
 
 
-def builtin_activities() -> Sequence[Callable[..., Any]]:
-    """Built-in activities: logging defaults and HTTP webhooks for both capabilities."""
+def builtin_activities(
+    webhook_allowlist: WebhookAllowlist | None = None,
+) -> Sequence[Callable[..., Any]]:
+    """Built-in activities: logging defaults and HTTP webhooks for both capabilities. The
+    schedule's webhooks call only URLs in `webhook_allowlist` (default: the process's
+    `DURABILITY_WEBHOOK_ALLOWED_URLS`; unset, they refuse every URL)."""
     from activities.ledger import ledger_activities
     from activities.schedule import schedule_activities
 
-    return [*schedule_activities(), *ledger_activities()]
+    return [*schedule_activities(allowed_urls=webhook_allowlist), *ledger_activities()]

@@ -22,6 +22,13 @@ HOST = os.environ.get("DURABILITY_DEV_HOST", "127.0.0.1")
 PORT = int(os.environ.get("DURABILITY_DEV_PORT", "7233"))
 UI_PORT = int(os.environ.get("DURABILITY_UI_PORT", "8233"))
 
+# `make run` is one developer's machine, its server on 127.0.0.1 by default: whoever can set
+# a schedule here is the operator, so the webhook activities may call local servers on any
+# port (127.0.0.1 and localhost only, never other hosts). Set DURABILITY_DEV_HOST to share
+# the server and others can make the worker call your local ports: narrow this then. A
+# DURABILITY_WEBHOOK_ALLOWED_URLS already in the environment (even empty) is kept.
+LOCAL_WEBHOOK_ALLOWED_URLS = "http://127.0.0.1:*/,http://localhost:*/"
+
 DEMO = (
     "temporal workflow signal-with-start --workflow-id schedule:acct-42 "
     "--type DurabilitySchedule --task-queue durability --input '{}' "
@@ -78,6 +85,7 @@ def main() -> int:
     try:
         wait_for_port(HOST, PORT, 60, server)
         env = dict(os.environ, TEMPORAL_ADDRESS=f"{HOST}:{PORT}")
+        env.setdefault("DURABILITY_WEBHOOK_ALLOWED_URLS", LOCAL_WEBHOOK_ALLOWED_URLS)
         worker = subprocess.Popen([sys.executable, str(PROJECT_ROOT / "worker.py")], env=env)
         print(
             f"\nTemporal UI:      http://{HOST}:{UI_PORT}\n"

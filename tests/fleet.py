@@ -189,6 +189,8 @@ class WorkerFleet:
             DURABILITY_METRICS_PORT="0",
             DURABILITY_DRAIN_SECONDS="2",
             DURABILITY_LOG_LEVEL="WARNING",
+            # The webhooks call the Recorder (127.0.0.1, a free port); `env` may override.
+            DURABILITY_WEBHOOK_ALLOWED_URLS="http://127.0.0.1:*/",
             PYTHONUNBUFFERED="1",
         )
         env.update(self.extra_env)

@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
-from activities.schedule import ScheduleActivities, schedule_activities
+from activities.schedule import ScheduleActivities, WebhookAllowlist, schedule_activities
 from durability.registry import workflow_runner
 from tests.helpers import eventually
 from workflows.schedule.models import Outcome, ScheduledRunObject
@@ -83,7 +83,7 @@ async def test_a_schedule_on_the_webhook_activities_posts_runs_and_outcomes_with
         task_queue=task_queue,
         workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
         workflow_runner=workflow_runner(),
-        activities=schedule_activities(),
+        activities=schedule_activities(allowed_urls=WebhookAllowlist.parse(f"{webhook.url}/")),
     ):
         handle = await client.start_workflow(
             "DurabilitySchedule",
@@ -141,7 +141,7 @@ async def test_a_failed_outcome_post_with_attempts_left_emits_outcome_retry(
     webhook: WebhookServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     webhook.fail["/"] = 5
-    activities = ScheduleActivities(httpx.AsyncClient())
+    activities = ScheduleActivities(httpx.AsyncClient(), WebhookAllowlist.parse(webhook.url))
     env = ActivityEnvironment()
     policy = RetryPolicy(
         initial_interval=timedelta(seconds=2), backoff_coefficient=3.0, maximum_attempts=4
