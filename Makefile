@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint typecheck pytest pytest-cacheless bench browser clean
+.PHONY: setup run test lint typecheck pytest pytest-cacheless bench browser tools clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,13 @@ run: $(STAMP)
 browser:
 	command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+# dclint (compose-spec schema + lint) for tests/test_compose.py, pinned, into .tools/.
+DCLINT_VERSION := 3.1.0
+DCLINT := .tools/node_modules/.bin/dclint
+tools: $(DCLINT)
+$(DCLINT):
+	npm install --silent --no-audit --no-fund --prefix .tools dclint@$(DCLINT_VERSION)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -29,7 +36,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-pytest: $(STAMP) browser
+pytest: $(STAMP) browser tools
 	$(PY) -m pytest -q
 
 # The tests that send every message, once more on workers that cache no workflow: every
@@ -47,4 +54,4 @@ bench: $(STAMP)
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) data .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .tools data .mypy_cache .ruff_cache .pytest_cache

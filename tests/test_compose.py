@@ -43,7 +43,7 @@ def test_long_running_services_have_healthchecks_and_one_shot_jobs_gate_startup(
 def test_worker_scales_and_its_environment_matches_worker_settings() -> None:
     service = SERVICES["worker"]
     assert "container_name" not in service and "ports" not in service  # --scale worker=3
-    known = set(worker.SETTINGS) | set(worker.ENVCONFIG_SETTINGS)
+    known = set(worker.SETTINGS) | set(worker.ENVCONFIG_SETTINGS) | set(worker.OTEL_SETTINGS)
     unknown = set(service["environment"]) - known
     assert not unknown, f"worker.py does not read {unknown}"
     assert service["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233"
@@ -93,3 +93,40 @@ def test_dockerfile_copies_what_the_worker_imports_and_runs_worker_py() -> None:
     assert 'CMD ["python", "worker.py"]' in dockerfile
     base = re.search(r"^FROM (\S+)", dockerfile, re.MULTILINE)
     assert base and re.search(r":\d+\.\d+\.\d+", base.group(1)), "base image must be pinned"
+
+
+DCLINT = PROJECT_ROOT / ".tools" / "node_modules" / ".bin" / "dclint"
+
+
+def test_compose_file_passes_dclint_schema_and_lint_with_no_finding() -> None:
+    """A real compose-spec implementation: dclint validates the file against the official
+    schema and lints it (`make tools` installs it, pinned; `make test` does that first)."""
+    assert DCLINT.exists(), f"{DCLINT} missing: run `make tools` (npm install of dclint)"
+    checked = subprocess.run(
+        [str(DCLINT), str(PROJECT_ROOT / "docker-compose.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert checked.returncode == 0 and "problem" not in checked.stdout, checked.stdout
+
+
+def test_published_ports_listen_on_loopback_only() -> None:
+    """The server has no authentication: nothing is published on every interface."""
+    published = {
+        name: port for name, service in SERVICES.items() for port in service.get("ports", [])
+    }
+    assert set(published) == {"temporal", "temporal-ui", "jaeger"}
+    for name, port in published.items():
+        assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+
+
+def test_workers_send_traces_to_the_collector_which_forwards_to_the_viewer() -> None:
+    environment = SERVICES["worker"]["environment"]
+    assert environment["OTEL_TRACES_EXPORTER"] == "otlp"
+    assert environment["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4318"
+    collector = yaml.safe_load((PROJECT_ROOT / "deploy" / "otel" / "collector.yaml").read_text())
+    assert collector["receivers"]["otlp"]["protocols"]["http"]["endpoint"].endswith(":4318")
+    [exporter] = collector["service"]["pipelines"]["traces"]["exporters"]
+    assert collector["exporters"][exporter]["endpoint"] == "http://jaeger:4318"
+    assert SERVICES["jaeger"]["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
