@@ -347,9 +347,7 @@ class ScheduleCore:
 
     def backfill_times(self, start_at: int, end_at: int) -> list[int]:
         """Occurrences of the live expression in [start_at, end_at), at most MAX_BACKFILL_RUNS."""
-        stored = self.state.schedule
-        if stored is None or stored.expression is None:
-            raise InvalidRequest("backfill needs a live schedule: none is set, or it was cancelled")
+        stored = self.check_live("backfill")
         times: list[int] = []
         cursor = checked_next(self.next_occurrence, stored.expression, start_at - 1)
         while cursor is not None and cursor < end_at:
