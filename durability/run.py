@@ -1,7 +1,8 @@
 """`make run`: the embedded Temporal dev server (with its UI) plus one worker.
 
 The server keeps its database in data/temporal.db, so schedules and ledgers survive a
-restart of this command. Ctrl-C stops both.
+restart of this command; its own log goes to data/temporal-server.log, so the terminal shows
+only this command and the worker. Ctrl-C stops the worker first (it drains), then the server.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pathlib import Path
 from durability.devserver import dev_server_extra_args, temporal_cli
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DATA_DIR = PROJECT_ROOT / "data"
+DATA_DIR = Path(os.environ.get("DURABILITY_DATA_DIR", PROJECT_ROOT / "data"))
+SERVER_LOG = DATA_DIR / "temporal-server.log"
 HOST = os.environ.get("DURABILITY_DEV_HOST", "127.0.0.1")
 PORT = int(os.environ.get("DURABILITY_DEV_PORT", "7233"))
 UI_PORT = int(os.environ.get("DURABILITY_UI_PORT", "8233"))
@@ -71,8 +73,13 @@ def wait_for_port(host: str, port: int, timeout: float, process: subprocess.Pope
 
 
 def main() -> int:
-    DATA_DIR.mkdir(exist_ok=True)
-    server = subprocess.Popen(server_command())
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    # Own sessions: Ctrl-C reaches only this process, which stops the worker before the
+    # server (a worker outliving its server logs a poll failure every second).
+    with SERVER_LOG.open("ab") as server_log:
+        server = subprocess.Popen(
+            server_command(), stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     worker: subprocess.Popen[bytes] | None = None
     stopping = False
 
@@ -86,10 +93,13 @@ def main() -> int:
         wait_for_port(HOST, PORT, 60, server)
         env = dict(os.environ, TEMPORAL_ADDRESS=f"{HOST}:{PORT}")
         env.setdefault("DURABILITY_WEBHOOK_ALLOWED_URLS", LOCAL_WEBHOOK_ALLOWED_URLS)
-        worker = subprocess.Popen([sys.executable, str(PROJECT_ROOT / "worker.py")], env=env)
+        worker = subprocess.Popen(
+            [sys.executable, str(PROJECT_ROOT / "worker.py")], env=env, start_new_session=True
+        )
         print(
             f"\nTemporal UI:      http://{HOST}:{UI_PORT}\n"
-            f"Temporal server:  {HOST}:{PORT} (database {DATA_DIR / 'temporal.db'})\n"
+            f"Temporal server:  {HOST}:{PORT} (database {DATA_DIR / 'temporal.db'}, "
+            f"log {SERVER_LOG})\n"
             "Worker:           task queue 'durability'\n\n"
             "Set a demo schedule (in another terminal, with .venv/bin on PATH):\n"
             f"  {DEMO}\n\n"
@@ -106,15 +116,16 @@ def main() -> int:
             time.sleep(0.5)
         return 0
     finally:
-        for process in (worker, server):
-            if process is not None and process.poll() is None:
+        for process in (worker, server):  # in this order: the worker drains, then the server
+            if process is None:
+                continue
+            if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        for process in (worker, server):
-            if process is not None:
-                try:
-                    process.wait(timeout=40)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+            try:
+                process.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        print("stopped", flush=True)
 
 
 if __name__ == "__main__":
