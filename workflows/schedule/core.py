@@ -347,9 +347,10 @@ class ScheduleCore:
 
     def backfill_times(self, start_at: int, end_at: int) -> list[int]:
         """Occurrences of the live expression in [start_at, end_at), at most MAX_BACKFILL_RUNS."""
-        stored = self.check_live("backfill")
+        expression = self.check_live("backfill").expression
+        assert expression is not None  # check_live refuses a cancelled schedule
         times: list[int] = []
-        cursor = checked_next(self.next_occurrence, stored.expression, start_at - 1)
+        cursor = checked_next(self.next_occurrence, expression, start_at - 1)
         while cursor is not None and cursor < end_at:
             if len(times) == MAX_BACKFILL_RUNS:
                 raise InvalidRequest(
@@ -357,7 +358,7 @@ class ScheduleCore:
                     "occurrences; split it"
                 )
             times.append(cursor)
-            cursor = checked_next(self.next_occurrence, stored.expression, cursor)
+            cursor = checked_next(self.next_occurrence, expression, cursor)
         return times
 
     def unrecorded_backfill_times(self, start_at: int, end_at: int) -> list[int]:
