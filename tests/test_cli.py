@@ -9,15 +9,39 @@ import os
 import re
 import sys
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from temporalio import activity
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 
+from activities.ledger import compile_passthrough, ledger_activities
 from durability.client import DurabilityClient
 from durability.codec import EncryptionCodec
 from tests.helpers import PROJECT_ROOT, durability_cli, eventually, running_worker, subprocess_env
+
+# What `ledger snapshot --json` lists for each operation (a list, in sequence order).
+SNAPSHOT_OPERATION_KEYS = {
+    "id", "operation_type", "sequence", "phase", "blockers", "request_id", "outcome", "error",
+}  # fmt: skip
+
+
+def snapshot_operations(stdout: str) -> list[dict[str, Any]]:
+    """The operations of a `ledger snapshot --json`, with their shape pinned."""
+    listed = json.loads(stdout)["operations"]
+    assert isinstance(listed, list), listed
+    for operation in listed:
+        assert set(operation) == SNAPSHOT_OPERATION_KEYS, operation
+    return listed
+
+
+def iso_utc(epoch_ms: int) -> str:
+    """How the tables print a time (written here, not imported from the CLI)."""
+    moment = datetime.fromtimestamp(epoch_ms / 1000, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}+00:00"
 
 
 async def test_schedule_commands_set_get_runs_cancel(
@@ -25,7 +49,21 @@ async def test_schedule_commands_set_get_runs_cancel(
 ) -> None:
     object_id = f"cli-{unique}"
     cli = ("--task-queue", task_queue)
-    async with running_worker(client, task_queue):
+    gate = asyncio.Event()
+    started: list[int] = []
+    delivered: list[int] = []
+
+    @activity.defn(name="run")
+    async def held_run(run: dict[str, Any]) -> None:
+        """Runs stay `running` until the test opens the gate, so `runs` has one to show."""
+        started.append(run["scheduled_time"])
+        await gate.wait()
+
+    @activity.defn(name="on_outcome")
+    async def record_outcome(run: dict[str, Any], outcome: dict[str, Any]) -> None:
+        delivered.append(run["scheduled_time"])
+
+    async with running_worker(client, task_queue, [held_run, record_outcome]):
         result = await durability_cli(
             dev_server_address, *cli, "--json", "schedule", "set", object_id, "@every 1s",
             "--version", "3", "--params", '{"plan": "pro"}',
@@ -45,31 +83,66 @@ async def test_schedule_commands_set_get_runs_cancel(
         )
         assert json.loads(lower.stdout) == {"applied": False}
 
-        shown = await durability_cli(dev_server_address, *cli, "schedule", "get", object_id)
-        assert (
-            "@every 1s" in shown.stdout and "3" in shown.stdout and '"plan": "pro"' in shown.stdout
-        )
-
         got = await durability_cli(dev_server_address, *cli, "--json", "schedule", "get", object_id)
         view = json.loads(got.stdout)
-        assert view["expression"] == "@every 1s" and view["version"] == 3
-        assert view["params"] == {"plan": "pro"} and isinstance(view["next_at"], int)
+        assert view == {
+            "expression": "@every 1s",
+            "version": 3,
+            "jitter_ms": 0,
+            "next_at": view["next_at"],
+            "params": {"plan": "pro"},
+        }
+        assert isinstance(view["next_at"], int) and view["next_at"] % 1000 == 0
+        shown = await durability_cli(dev_server_address, *cli, "schedule", "get", object_id)
+        rows = dict(line.split(None, 1) for line in shown.stdout.splitlines()[2:])
+        assert rows == {
+            "expression": "@every 1s",
+            "version": "3",
+            "jitter_ms": "0",
+            "next_at": rows["next_at"],
+            "params": '{"plan": "pro"}',
+        }, shown.stdout
+        assert re.fullmatch(ISO_UTC, rows["next_at"]), shown.stdout
 
-        runs = await durability_cli(
-            dev_server_address, *cli, "--json", "schedule", "runs", object_id
-        )
-        for run in json.loads(runs.stdout):
-            assert set(run) == {"scheduled_time", "due_at", "state", "attempt", "error"}
+        await eventually(lambda: started, timeout=20)
+        first = started[0]
+
+        async def listed_running() -> list[dict[str, Any]] | None:
+            runs = await durability_cli(
+                dev_server_address, *cli, "--json", "schedule", "runs", object_id
+            )
+            listed: list[dict[str, Any]] = json.loads(runs.stdout)
+            return listed if any(r["scheduled_time"] == first for r in listed) else None
+
+        listed = await eventually(listed_running, timeout=20)
+        assert [r for r in listed if r["scheduled_time"] == first] == [
+            {"scheduled_time": first, "due_at": first, "state": "running", "attempt": 1,
+             "error": None}
+        ]  # fmt: skip
+        assert [r["scheduled_time"] for r in listed] == sorted(r["scheduled_time"] for r in listed)
         runs_table = await durability_cli(dev_server_address, *cli, "schedule", "runs", object_id)
-        assert "scheduled_time" in runs_table.stdout or "no runs" in runs_table.stdout
+        line = rf"^{re.escape(iso_utc(first))}\s+{re.escape(iso_utc(first))}\s+running\s+1\s+-$"
+        assert re.search(line, runs_table.stdout, re.MULTILINE), runs_table.stdout
 
         cancelled = await durability_cli(
             dev_server_address, *cli, "--json", "schedule", "cancel", object_id
         )
         assert json.loads(cancelled.stdout) == {"live": True}
+        again = await durability_cli(
+            dev_server_address, *cli, "--json", "schedule", "cancel", object_id
+        )
+        assert json.loads(again.stdout) == {"live": False}
         after = await durability_cli(dev_server_address, *cli, "schedule", "get", object_id)
-        assert "no schedule" in after.stdout
-        await client.get_workflow_handle(f"schedule:{object_id}").terminate("test done")
+        assert after.stdout.strip() == "no schedule (none set, or cancelled)"
+        gate.set()
+        schedule = client.get_workflow_handle(f"schedule:{object_id}")
+
+        async def acknowledged() -> bool:
+            return not await schedule.query("runs")
+
+        await eventually(acknowledged, timeout=30)
+        await schedule.terminate("test done")
+    assert first in delivered and sorted(delivered) == sorted(started)
 
 
 ISO_UTC = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00"
@@ -189,7 +262,26 @@ async def test_ledger_commands_enqueue_snapshot_claims_hold_release_resume_stop(
             }
         )
     )  # fmt: skip
-    async with running_worker(client, task_queue):
+    flaky = tmp_path / "flaky.json"
+    flaky.write_text(json.dumps([{"id": "flaky", "operation_type": "t", "participants": ["c2"]}]))
+    compiled: list[str] = []
+
+    @activity.defn(name="compile")
+    async def compile_fails_once(intent: dict[str, Any], request_id: str) -> dict[str, Any]:
+        """`flaky` fails to compile the first time (blocked until `resume`), then compiles."""
+        compiled.append(intent["id"])
+        if intent["id"] == "flaky" and compiled.count("flaky") == 1:
+            raise ApplicationError("layer 7 is not there yet", non_retryable=True)
+        return await compile_passthrough(intent, request_id)
+
+    ledger = client.get_workflow_handle(f"ledger:{ledger_id}")
+
+    async def snapshot() -> dict[str, Any]:
+        result: dict[str, Any] = await ledger.query("snapshot")
+        return result
+
+    activities = [compile_fails_once, *ledger_activities()[1:]]
+    async with running_worker(client, task_queue, activities):
         enqueued = await durability_cli(
             dev_server_address,
             *cli,
@@ -217,10 +309,11 @@ async def test_ledger_commands_enqueue_snapshot_claims_hold_release_resume_stop(
             shown = await durability_cli(
                 dev_server_address, "--json", "ledger", "snapshot", ledger_id
             )
-            snapshot = json.loads(shown.stdout)
-            ops = snapshot["operations"]
-            ops = ops.values() if isinstance(ops, dict) else ops
-            return all(op["phase"] == "resolved" for op in ops)
+            ops = snapshot_operations(shown.stdout)
+            return [(op["id"], op["phase"]) for op in ops] == [
+                ("op-1", "resolved"),
+                ("op-2", "resolved"),
+            ]
 
         await eventually(all_resolved, timeout=30)
         table = await durability_cli(dev_server_address, "ledger", "snapshot", ledger_id)
@@ -230,30 +323,58 @@ async def test_ledger_commands_enqueue_snapshot_claims_hold_release_resume_stop(
             dev_server_address, "--json", "ledger", "snapshot", ledger_id, "--limit", "1"
         )
         first = json.loads(page.stdout)
-        assert [op["id"] for op in first["operations"]] == ["op-1"]
+        assert [op["id"] for op in snapshot_operations(page.stdout)] == ["op-1"]
         assert first["counts"]["operations"] == {"resolved": 2}
         page = await durability_cli(
             dev_server_address, "--json", "ledger", "snapshot", ledger_id,
             "--after", str(first["next_after"]),
         )  # fmt: skip
         second = json.loads(page.stdout)
-        assert [op["id"] for op in second["operations"]] == ["op-2"]
+        assert [op["id"] for op in snapshot_operations(page.stdout)] == ["op-2"]
         assert second["next_after"] is None
         claims = await durability_cli(dev_server_address, "--json", "ledger", "claims", ledger_id)
         assert json.loads(claims.stdout) == {}
 
+        # hold: the ledger is held by the token printed; release: it is not any more.
         held = await durability_cli(dev_server_address, "--json", "ledger", "hold", ledger_id)
         token = json.loads(held.stdout)["token"]
-        assert token
-        released = await durability_cli(dev_server_address, "ledger", "release", ledger_id, token)
-        assert token in released.stdout
+        assert ((await snapshot())["held"], (await snapshot())["holds"]) == (True, 1)
+        await durability_cli(dev_server_address, "ledger", "release", ledger_id, token)
+        assert ((await snapshot())["held"], (await snapshot())["holds"]) == (False, 0)
+        twice = await durability_cli(
+            dev_server_address, "ledger", "release", ledger_id, token, check=False
+        )
+        assert twice.returncode == 1 and f"token {token!r} is not held" in twice.stderr
+
+        # resume: an operation blocked by its compile error is compiled again, and resolves.
+        await durability_cli(
+            dev_server_address, *cli, "ledger", "enqueue", ledger_id, "--file", str(flaky)
+        )
+
+        async def flaky_in(phase: str) -> dict[str, Any] | None:
+            ops = {op["id"]: op for op in (await snapshot())["operations"]}
+            return ops["flaky"] if ops["flaky"]["phase"] == phase else None
+
+        blocked = await eventually(lambda: flaky_in("blocked"), timeout=30)
+        assert blocked["blockers"] == ["layer 7 is not there yet"]
         resumed = await durability_cli(dev_server_address, "--json", "ledger", "resume", ledger_id)
         assert json.loads(resumed.stdout) == {"resumed": True}
+        done = await eventually(lambda: flaky_in("resolved"), timeout=30)
+        assert (done["outcome"], done["blockers"]) == ("applied", [])
+        assert compiled.count("flaky") == 2
+
         stopped = await durability_cli(dev_server_address, "--json", "ledger", "stop", ledger_id)
         final = json.loads(stopped.stdout)
-        assert "operations" in final and "requests" in final
-        result = await client.get_workflow_handle(f"ledger:{ledger_id}").result()
-        assert result is not None
+        assert final["stopped"] is True and final["claims"] == {}
+        assert [(op["id"], op["phase"]) for op in snapshot_operations(stopped.stdout)] == [
+            ("op-1", "resolved"),
+            ("op-2", "resolved"),
+            ("flaky", "resolved"),
+        ]
+        assert sorted(r["operation_ids"][0] for r in final["requests"]) == ["flaky", "op-1", "op-2"]
+        assert {r["phase"] for r in final["requests"]} == {"resolved"}
+        result = await ledger.result()
+        assert result == final
 
 
 async def test_ledger_skip_frees_a_blocked_operations_dependent_and_rejects_unknown_ones(
@@ -278,9 +399,7 @@ async def test_ledger_skip_frees_a_blocked_operations_dependent_and_rejects_unkn
 
     async def ops() -> dict[str, dict[str, Any]]:
         shown = await durability_cli(dev_server_address, *cli, "ledger", "snapshot", ledger_id)
-        listed = json.loads(shown.stdout)["operations"]
-        listed = listed.values() if isinstance(listed, dict) else listed
-        return {(op.get("id") or op["intent"]["id"]): op for op in listed}
+        return {op["id"]: op for op in snapshot_operations(shown.stdout)}
 
     async with running_worker(client, task_queue):
         await durability_cli(
@@ -385,9 +504,8 @@ async def test_signal_variants_set_cancel_and_enqueue_by_signal_with_start(
 
         async def resolved() -> bool:
             shown = await durability_cli(dev_server_address, *cli, "ledger", "snapshot", ledger_id)
-            ops = json.loads(shown.stdout)["operations"]
-            ops = ops.values() if isinstance(ops, dict) else ops
-            return [op["phase"] for op in ops] == ["resolved"]
+            ops = snapshot_operations(shown.stdout)
+            return [(op["id"], op["phase"]) for op in ops] == [("op-1", "resolved")]
 
         await eventually(resolved, timeout=30)
     for workflow_id in (f"schedule:{object_id}", f"ledger:{ledger_id}"):
