@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.fleet import ChaosConfig, ChaosReport, run_chaos
+from durability.testing.chaos import ChaosConfig, ChaosReport, run_chaos
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet import ChaosConfig, run_chaos
+from durability.testing.chaos import ChaosConfig, run_chaos
 
 # Suite size: 8 schedules, 100 operations over 4 ledgers, a 36 s window (~2 min in all).
 SUITE = ChaosConfig(schedules=8, operations=100, ledgers=4, window_s=36.0, seed=6)

@@ -16,7 +16,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durability.client import DurabilityClient
-from tests.fleet import Recorder, WorkerFleet
+from durability.testing.fleet import WorkerFleet
+from durability.testing.recorder import Recorder
 from tests.helpers import eventually, temporal
 
 OPTIONS = {

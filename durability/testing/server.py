@@ -1,0 +1,116 @@
+"""A Temporal dev server subprocess that can be killed and restarted on the same database."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import IO
+
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+
+from durability.connect import connect
+from durability.devserver import dev_server_extra_args, temporal_cli
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+# --------------------------------------------------------------------------- dev server
+
+
+class DevServer:
+    """`temporal server start-dev` as a subprocess on a database file, so it can be stopped
+    and started again on the same port with everything it had."""
+
+    def __init__(self, directory: Path, name: str = "chaos") -> None:
+        self.directory = directory
+        self.db = directory / f"{name}.db"
+        self.port = free_port()
+        self.ui_port = free_port()
+        self.log_path = directory / f"{name}-dev-server.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self._log: IO[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def argv(self) -> list[str]:
+        return [
+            temporal_cli(),
+            "server",
+            "start-dev",
+            "--db-filename",
+            str(self.db),
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--ui-port",
+            str(self.ui_port),
+            "--headless",
+            "--log-level",
+            "error",
+            *dev_server_extra_args(),
+        ]
+
+    async def start(self, timeout: float = 60) -> None:
+        if self._log is None:
+            self._log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            self.argv(), stdout=self._log, stderr=subprocess.STDOUT, cwd=self.directory
+        )
+        await self.wait_ready(timeout)
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Until the frontend answers and the default namespace exists."""
+        deadline = time.monotonic() + timeout
+        last: BaseException | None = None
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(
+                    f"dev server exited with {self.process.returncode}; see {self.log_path}"
+                )
+            try:
+                client = await connect({"TEMPORAL_ADDRESS": self.address})
+                await client.workflow_service.describe_namespace(
+                    DescribeNamespaceRequest(namespace="default")
+                )
+                return
+            except Exception as error:  # not up yet
+                last = error
+                await asyncio.sleep(0.25)
+        raise RuntimeError(f"dev server not ready after {timeout}s: {last!r}")
+
+    async def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(sig)
+        deadline = time.monotonic() + timeout
+        while process.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        if process.poll() is None:
+            process.kill()
+            await asyncio.to_thread(process.wait)
+
+    async def restart(self, sig: int = signal.SIGTERM) -> None:
+        """Stop it (SIGTERM, or SIGKILL) and start it again on the same port and database."""
+        await self.stop(sig)
+        await self.start()
+        self.restarts += 1
+
+    async def close(self) -> None:
+        await self.stop()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
