@@ -1,9 +1,19 @@
-"""Optional payload encryption: AES-256-GCM over every payload, keyed from the environment.
+"""Optional payload encryption: AES-256-GCM over every payload, with a key ring from the
+environment so keys can rotate.
 
-Set `DURABILITY_ENCRYPTION_KEY` to a base64-encoded 32-byte key (and optionally
-`DURABILITY_ENCRYPTION_KEY_ID`) on every worker and client. Payloads are then stored
-encrypted in Temporal's history; the UI shows them through the codec server
-(`durability codec-server`), which decodes with the same key.
+    DURABILITY_ENCRYPTION_KEYS    id:base64,id2:base64,...  every key this process may need
+    DURABILITY_ENCRYPTION_KEY_ID  the id of the current key (encrypts every new payload)
+
+A payload is decrypted with the ring key its `encryption-key-id` metadata names, so payloads
+written under an older key stay readable while that key stays listed. The older single-key
+setting `DURABILITY_ENCRYPTION_KEY` (with `DURABILITY_ENCRYPTION_KEY_ID`, default "default")
+still works: it is a ring of one key. Set the same ring on every worker, client and codec
+server; the UI shows payloads through the codec server (`durability codec-server`).
+
+Format 2 (metadata `encryption-format: 2`, written by this version) binds the key id to the
+ciphertext as AES-GCM associated data: a payload whose key id metadata was changed fails to
+decrypt. Payloads without `encryption-format` (written before it existed) decrypt without
+associated data.
 """
 
 from __future__ import annotations
@@ -11,64 +21,209 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import re
 from collections.abc import Mapping, Sequence
 
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
 KEY_ENV = "DURABILITY_ENCRYPTION_KEY"
+KEYS_ENV = "DURABILITY_ENCRYPTION_KEYS"
 KEY_ID_ENV = "DURABILITY_ENCRYPTION_KEY_ID"
+DEFAULT_KEY_ID = "default"
 ENCODING = b"binary/encrypted"
+KEY_ID_METADATA = "encryption-key-id"
+FORMAT_METADATA = "encryption-format"
+FORMAT_AAD = b"2"  # the key id is the AES-GCM associated data
 NONCE_BYTES = 12
+TAG_BYTES = 16
+KEY_BYTES = 32
+# Ring ids: anything but separators and whitespace (the single-key setting accepts any id).
+KEY_ID_PATTERN = re.compile(r"[^\s,:]{1,128}")
+
+
+class UnknownKeyError(ValueError):
+    """A payload names a key id that is not in this process's key ring."""
+
+    def __init__(self, key_id: str, known: Sequence[str]) -> None:
+        super().__init__(
+            f"payload is encrypted with key id {key_id!r}, which is not in this key ring "
+            f"(ids: {', '.join(repr(k) for k in known)}): add {key_id}:<base64 key> to "
+            f"{KEYS_ENV} on this worker, client or codec server"
+        )
+        self.key_id = key_id
+
+
+class DecryptionError(ValueError):
+    """A payload could not be decrypted with the key its metadata names."""
+
+
+def associated_data(key_id: str) -> bytes:
+    """What format 2 binds to the ciphertext: the key id, with a domain prefix."""
+    return b"durability-encryption-key-id:" + key_id.encode()
 
 
 class EncryptionCodec(PayloadCodec):
-    """Encrypts each payload whole (metadata and data) with AES-GCM and a random nonce."""
+    """Encrypts each payload whole (metadata and data) with AES-GCM and a random nonce.
 
-    def __init__(self, key: bytes, key_id: str = "default") -> None:
-        if len(key) != 32:
-            raise ValueError(f"{KEY_ENV} must decode to 32 bytes, got {len(key)}")
-        self._aead = AESGCM(key)
+    `EncryptionCodec(key, key_id)` is a ring of one key; `EncryptionCodec.ring(keys, current)`
+    encrypts with `keys[current]` and decrypts with any key in `keys`."""
+
+    def __init__(self, key: bytes, key_id: str = DEFAULT_KEY_ID) -> None:
+        self._keys: dict[str, AESGCM] = {}
+        self._add(key_id, key)
         self.key_id = key_id
 
-    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        return [
-            Payload(
-                metadata={"encoding": ENCODING, "encryption-key-id": self.key_id.encode()},
-                data=self._encrypt(payload.SerializeToString()),
+    @classmethod
+    def ring(cls, keys: Mapping[str, bytes], current: str) -> EncryptionCodec:
+        if current not in keys:
+            raise ValueError(
+                f"current key id {current!r} is not in the ring (ids: {', '.join(map(repr, keys))})"
             )
-            for payload in payloads
-        ]
+        codec = cls(keys[current], current)
+        for key_id, key in keys.items():
+            if key_id != current:
+                codec._add(key_id, key)
+        return codec
+
+    def _add(self, key_id: str, key: bytes) -> None:
+        if not key_id:
+            raise ValueError("key id must not be empty")
+        if len(key) != KEY_BYTES:
+            raise ValueError(f"key {key_id!r} must be {KEY_BYTES} bytes, got {len(key)}")
+        self._keys[key_id] = AESGCM(key)
+
+    @property
+    def key_ids(self) -> list[str]:
+        """Every key id in the ring, the current one first."""
+        return [self.key_id, *(k for k in self._keys if k != self.key_id)]
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        aead = self._keys[self.key_id]
+        aad = associated_data(self.key_id)
+        encoded = []
+        for payload in payloads:
+            nonce = os.urandom(NONCE_BYTES)
+            encoded.append(
+                Payload(
+                    metadata={
+                        "encoding": ENCODING,
+                        KEY_ID_METADATA: self.key_id.encode(),
+                        FORMAT_METADATA: FORMAT_AAD,
+                    },
+                    data=nonce + aead.encrypt(nonce, payload.SerializeToString(), aad),
+                )
+            )
+        return encoded
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        decoded: list[Payload] = []
-        for payload in payloads:
-            if payload.metadata.get("encoding") != ENCODING:
-                decoded.append(payload)
-                continue
-            key_id = payload.metadata.get("encryption-key-id", b"").decode()
-            if key_id != self.key_id:
-                raise ValueError(f"payload encrypted with key id {key_id!r}, have {self.key_id!r}")
-            decoded.append(Payload.FromString(self._decrypt(payload.data)))
-        return decoded
+        return [self._decode_one(payload) for payload in payloads]
 
-    def _encrypt(self, data: bytes) -> bytes:
-        nonce = os.urandom(NONCE_BYTES)
-        return nonce + self._aead.encrypt(nonce, data, None)
+    def _decode_one(self, payload: Payload) -> Payload:
+        if payload.metadata.get("encoding") != ENCODING:
+            return payload
+        key_id = payload.metadata.get(KEY_ID_METADATA, b"").decode(errors="replace")
+        aead = self._keys.get(key_id)
+        if aead is None:
+            raise UnknownKeyError(key_id, self.key_ids)
+        payload_format = payload.metadata.get(FORMAT_METADATA)
+        if payload_format == FORMAT_AAD:
+            aad: bytes | None = associated_data(key_id)
+        elif payload_format is None:
+            aad = None  # written before format 2: no associated data
+        else:
+            raise DecryptionError(
+                f"payload has {FORMAT_METADATA} {payload_format!r}, which this version cannot "
+                "read (known: 2, or none)"
+            )
+        data = payload.data
+        if len(data) < NONCE_BYTES + TAG_BYTES:
+            raise DecryptionError(f"encrypted payload of {len(data)} bytes is too short")
+        try:
+            plain = aead.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], aad)
+        except InvalidTag:
+            raise DecryptionError(
+                f"payload does not decrypt with key id {key_id!r}: its data or metadata was "
+                f"changed, or {key_id!r} names a different key here than where it was written"
+            ) from None
+        try:
+            return Payload.FromString(plain)
+        except DecodeError:
+            raise DecryptionError(
+                f"payload decrypted with key id {key_id!r} is not a Payload message"
+            ) from None
 
-    def _decrypt(self, data: bytes) -> bytes:
-        return self._aead.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], None)
+
+def _decode_key(setting: str, entry: str, encoded: str) -> bytes:
+    """A 32-byte key from base64; errors name the setting and the entry, never the key."""
+    try:
+        key = base64.b64decode(encoded.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"{setting} {entry}: the key is not valid base64") from None
+    if len(key) != KEY_BYTES:
+        raise ValueError(
+            f"{setting} {entry}: the key decodes to {len(key)} bytes, need {KEY_BYTES} "
+            "(AES-256; make one with `head -c32 /dev/urandom | base64`)"
+        )
+    return key
+
+
+def parse_key_ring(text: str) -> dict[str, bytes]:
+    """`id:base64,id2:base64,...` as {id: key}; ValueError names the setting and the entry."""
+    keys: dict[str, bytes] = {}
+    for position, raw in enumerate(text.split(","), start=1):
+        entry = raw.strip()
+        if not entry:
+            continue
+        key_id, separator, encoded = entry.partition(":")
+        key_id = key_id.strip()
+        if not separator:
+            # Without "id:" the entry may be a bare key: never echo it.
+            raise ValueError(f"{KEYS_ENV} entry {position} is not id:base64 (no ':' found)")
+        if not KEY_ID_PATTERN.fullmatch(key_id):
+            raise ValueError(
+                f"{KEYS_ENV} entry {position}: key id {key_id[:64]!r} must be 1 to 128 "
+                "characters without whitespace, ',' or ':'"
+            )
+        if key_id in keys:
+            raise ValueError(f"{KEYS_ENV} entry {position}: key id {key_id!r} is listed twice")
+        keys[key_id] = _decode_key(KEYS_ENV, f"entry {position} ({key_id!r})", encoded)
+    if not keys:
+        raise ValueError(f"{KEYS_ENV} is set but lists no keys (expected id:base64,...)")
+    return keys
 
 
 def codec_from_env(env: Mapping[str, str] | None = None) -> EncryptionCodec | None:
-    """The codec configured by `DURABILITY_ENCRYPTION_KEY`, or None when it is unset."""
+    """The codec configured by `DURABILITY_ENCRYPTION_KEYS` (or the single-key
+    `DURABILITY_ENCRYPTION_KEY`), or None when neither is set."""
     source = os.environ if env is None else env
-    encoded = source.get(KEY_ENV)
-    if not encoded:
+    ring_text = source.get(KEYS_ENV, "")
+    single = source.get(KEY_ENV, "")
+    current = source.get(KEY_ID_ENV, "")
+    if ring_text.strip() and single.strip():
+        raise ValueError(
+            f"set {KEYS_ENV} or {KEY_ENV}, not both: move the single key into the ring as "
+            f"{current or DEFAULT_KEY_ID}:<base64 key>"
+        )
+    if single.strip():
+        key_id = current or DEFAULT_KEY_ID  # as written by earlier versions: not stripped
+        return EncryptionCodec(_decode_key(KEY_ENV, f"(key id {key_id!r})", single), key_id)
+    if not ring_text.strip():
         return None
-    try:
-        key = base64.b64decode(encoded, validate=True)
-    except binascii.Error as error:
-        raise ValueError(f"{KEY_ENV} must be base64, got {encoded[:6]!r}...") from error
-    return EncryptionCodec(key, source.get(KEY_ID_ENV, "default"))
+    keys = parse_key_ring(ring_text)
+    current = current.strip()
+    if not current:
+        if len(keys) > 1:
+            raise ValueError(
+                f"{KEY_ID_ENV} must name the current key, one of {', '.join(map(repr, keys))}"
+            )
+        current = next(iter(keys))
+    if current not in keys:
+        raise ValueError(
+            f"{KEY_ID_ENV} is {current!r}, which is not in {KEYS_ENV} "
+            f"(ids: {', '.join(map(repr, keys))})"
+        )
+    return EncryptionCodec.ring(keys, current)

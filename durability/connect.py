@@ -33,11 +33,12 @@ def task_queue(env: Mapping[str, str] | None = None) -> str:
     return value
 
 
-def data_converter() -> DataConverter:
-    """The pydantic data converter, plus the payload codec when encryption is configured."""
+def data_converter(env: Mapping[str, str] | None = None) -> DataConverter:
+    """The pydantic data converter, plus the payload codec when encryption is configured
+    (`DURABILITY_ENCRYPTION_KEYS`/`_KEY_ID`, see durability/codec.py)."""
     from durability.codec import codec_from_env
 
-    codec = codec_from_env()
+    codec = codec_from_env(env)
     if codec is None:
         return pydantic_data_converter
     return DataConverter(
