@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from workflows.ledger import core
@@ -458,48 +458,80 @@ STATUSES = st.one_of(
     st.just({"outcome": "unresolved"}),
     st.builds(lambda ms: {"outcome": "unresolved", "retry_after_ms": ms}, st.integers(0, 5000)),
     st.just({"outcome": "unresolved", "blocked": True, "error": "http 401"}),
+    st.just({"outcome": "accepted", "blocked": True, "error": "http 403"}),
     st.just("garbage"),
 )
 
 
 @dataclass
 class Driver:
-    """Plays the shell: compiles, child loops, resumes, holds, continue-as-new."""
+    """Plays the shell: compiles, child loops (including a loop's late report after it was
+    relaunched), resumes, holds, continue-as-new. Claims are checked against the driver's
+    own record of who took which canvas when, not rebuilt from the state's requests."""
 
     config: LedgerConfig
     state: LedgerState
     now: int = 0
     next_id: int = 0
     bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
-    loops: dict[str, tuple[RequestAction, int]] = field(
-        default_factory=dict
-    )  # request -> (action, attempt)
+    # request -> (action, attempt, launch) of its running loop
+    loops: dict[str, tuple[RequestAction, int, int]] = field(default_factory=dict)
+    # The model: canvas -> request holding it, operation -> its request, loops per request.
+    claims: dict[str, str] = field(default_factory=dict)
+    request_of: dict[str, str] = field(default_factory=dict)
+    launches: dict[str, int] = field(default_factory=dict)
+    stale_reports: int = 0
+
+    def take(self, request_id: str, canvases: list[str]) -> None:
+        for canvas in set(canvases):
+            assert canvas not in self.claims, (
+                f"{canvas} planned while {self.claims[canvas]} holds it"
+            )
+            self.claims[canvas] = request_id
+
+    def free(self, request_id: str) -> None:
+        self.claims = {c: r for c, r in self.claims.items() if r != request_id}
 
     def pump(self) -> None:
         for request_id in core.plan_launches(self.state, self.config):
             request = core.mark_launched(self.state, request_id)
-            self.loops[request_id] = (request.retry_action, request.attempt)
+            self.launches[request_id] += 1
+            assert request.launch == self.launches[request_id]
+            self.loops[request_id] = (request.retry_action, request.attempt, request.launch)
         for op_id in core.plan_dispatches(self.state, self.config):
-            for dependency in self.state.operations[op_id].intent.dependencies:
+            intent = self.state.operations[op_id].intent
+            for dependency in intent.dependencies:
                 assert self.state.operations[dependency].phase == "resolved", (op_id, dependency)
             self.next_id += 1
             core.begin_dispatch(self.state, op_id, f"r{self.next_id}")
+            self.take(f"r{self.next_id}", intent.participants)
 
     def compile(self, op_id: str, kind: str) -> None:
         request_id = self.state.compiling[op_id]
         if kind == "error":
             core.block_compile(self.state, op_id, "compile exploded")
+            self.free(request_id)  # nothing frozen: the canvases go back
             return
         compiled = passthrough(self.state, op_id)
         if kind == "mismatch":
             compiled["canvas_ids"] = ["elsewhere"]
-        if core.freeze(self.state, self.config, op_id, request_id, compiled) == "launch":
-            self.loops[request_id] = ("submit", 0)
-        if request_id in self.state.requests:
-            self.bodies[request_id] = copy.deepcopy(self.state.requests[request_id].body)
+        protocol = self.state.operations[op_id].intent.protocol_version
+        verdict = core.freeze(self.state, self.config, op_id, request_id, compiled)
+        if kind == "mismatch":  # the operation is blocked, nothing frozen
+            assert verdict == "blocked"
+            self.free(request_id)
+            return
+        self.request_of[op_id] = request_id
+        self.launches[request_id] = 1
+        self.bodies[request_id] = copy.deepcopy(self.state.requests[request_id].body)
+        if protocol in self.config.supported_protocol_versions:
+            assert verdict == "launch"
+            self.loops[request_id] = ("submit", 0, 1)
+        else:  # frozen but never sent: blocked, its canvases kept until skip
+            assert verdict == "blocked"
 
     def send(self, request_id: str, status: Any) -> None:
-        action, attempt = self.loops.pop(request_id)
+        action, attempt, launch = self.loops.pop(request_id)
         # Every send carries the recorded body, unchanged since it was frozen.
         assert self.state.requests[request_id].body == self.bodies[request_id]
         attempt += 1
@@ -507,7 +539,7 @@ class Driver:
         dumped = step.status.model_dump(mode="json", exclude_none=True)
         if step.result == "retry":
             assert step.delay_ms >= 1
-            core.record_progress(
+            assert core.record_progress(
                 self.state,
                 RequestReport(
                     request_id=request_id,
@@ -516,12 +548,13 @@ class Driver:
                     attempt=attempt,
                     next_action=step.next_action,
                     retry_at=step.retry_at,
+                    launch=launch,
                 ),
             )
-            self.loops[request_id] = (step.next_action, attempt)
+            self.loops[request_id] = (step.next_action, attempt, launch)
             self.now += step.delay_ms
             return
-        core.record_finished(
+        assert core.record_finished(
             self.state,
             RequestReport(
                 request_id=request_id,
@@ -529,8 +562,39 @@ class Driver:
                 status=dumped,
                 attempt=attempt,
                 next_action=step.next_action,
+                launch=launch,
             ),
         )
+        if step.result == "resolved":
+            self.free(request_id)
+
+    def late_report(self, request_id: str, status: Any, final: bool) -> None:
+        """A report from an earlier loop of a relaunched request (its workflow closed late):
+        ignored, whatever it says."""
+        launch = self.launches[request_id]
+        assert launch > 1
+        before = self.state.model_dump()
+        step = core.next_step("submit", status, 1, self.config.retry, self.now)
+        report = RequestReport(
+            request_id=request_id,
+            phase=("resolved" if step.result == "resolved" else "blocked")
+            if final
+            else "in_flight",
+            status=step.status.model_dump(mode="json", exclude_none=True),
+            attempt=1,
+            next_action=step.next_action,
+            retry_at=step.retry_at,
+            launch=launch - 1,
+        )
+        recorded = (core.record_finished if final else core.record_progress)(self.state, report)
+        assert not recorded
+        assert self.state.model_dump() == before
+        self.stale_reports += 1
+
+    def skip(self, op_id: str) -> None:
+        core.skip(self.state, op_id, "given up")
+        if op_id in self.request_of:
+            self.free(self.request_of[op_id])
 
     def continue_as_new(self) -> None:
         carried = LedgerState.model_validate_json(self.state.model_dump_json())
@@ -539,19 +603,7 @@ class Driver:
 
     def check(self) -> None:
         state, config = self.state, self.config
-        owners: dict[str, str] = {}
-        for request in state.requests.values():
-            if request.phase != "resolved":
-                for canvas in request.canvas_ids:
-                    assert canvas not in owners, (
-                        f"{canvas} claimed by {owners[canvas]} and {request.id}"
-                    )
-                    owners[canvas] = request.id
-        for op_id, request_id in state.compiling.items():
-            for canvas in core.canvases_of(state.operations[op_id].intent):
-                assert canvas not in owners
-                owners[canvas] = request_id
-        assert state.claims == owners
+        assert state.claims == self.claims
         total, by_type = core.in_flight(state)
         assert total <= config.concurrency
         for kind, lane in config.lanes.items():
@@ -609,7 +661,9 @@ def test_model_invariants_hold_at_every_step_and_everything_settles(
     chunks = [graph[i : i + size] for i in range(0, len(graph), size)]
     for _ in range(60):
         choice = data.draw(
-            st.sampled_from(["enqueue", "compile", "send", "send", "resume", "hold", "can", "skip"])
+            st.sampled_from(
+                ["enqueue", "compile", "send", "send", "resume", "hold", "can", "skip", "late"]
+            )
         )
         if choice == "enqueue" and chunks:
             batch = core.validate_enqueue(driver.state, {"operations": chunks.pop(0)})
@@ -638,7 +692,15 @@ def test_model_invariants_hold_at_every_step_and_everything_settles(
                 if r.phase == "blocked" and not _in_flight(driver.state, op_id)
             ]
             if stuck:
-                core.skip(driver.state, data.draw(st.sampled_from(stuck)), "given up")
+                driver.skip(data.draw(st.sampled_from(stuck)))
+        elif choice == "late":
+            relaunched = sorted(r for r, n in driver.launches.items() if n > 1)
+            if relaunched:
+                driver.late_report(
+                    data.draw(st.sampled_from(relaunched)),
+                    data.draw(STATUSES),
+                    data.draw(st.booleans()),
+                )
         driver.pump()
         driver.check()
 
@@ -647,10 +709,15 @@ def test_model_invariants_hold_at_every_step_and_everything_settles(
         core.enqueue(driver.state, core.validate_enqueue(driver.state, {"operations": chunk}))
     driver.state.holds.clear()
     core.resume(driver.state, config)
+    reported_late: set[str] = set()
     for _ in range(500):
         driver.pump()
         driver.check()
-        if driver.state.compiling:
+        late = sorted(r for r, n in driver.launches.items() if n > 1 and r not in reported_late)
+        if late:  # each relaunched request's earlier loop reports late, once
+            reported_late.add(late[0])
+            driver.late_report(late[0], data.draw(STATUSES), data.draw(st.booleans()))
+        elif driver.state.compiling:
             driver.compile(next(iter(driver.state.compiling)), "ok")
         elif driver.loops:
             driver.send(next(iter(driver.loops)), {"outcome": "applied"})
@@ -667,6 +734,7 @@ def test_model_invariants_hold_at_every_step_and_everything_settles(
         else:
             assert record.phase == "resolved" or stuck_on_blocked(driver.state, op_id), record
     assert {r.phase for r in driver.state.requests.values()} <= {"resolved", "blocked"}
+    event(f"late reports: {'some' if driver.stale_reports else 'none'}")
 
 
 def _in_flight(state: LedgerState, op_id: str) -> bool:

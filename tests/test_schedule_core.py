@@ -4,6 +4,7 @@ validation messages of `set`/`cancel` and the S7 check of `next_occurrence`."""
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 
 import pytest
 from hypothesis import settings
@@ -32,8 +33,15 @@ def every(expression: str, after_ms: int) -> int | None:
     return (after_ms // step + 1) * step
 
 
+# The model's calendar: `every:<step>` as a plain list of its ticks, written out.
+HORIZON_MS = 2_000_000
+TICKS = {step: list(range(step, HORIZON_MS, step)) for step in (100, 250, 1000)}
+
+
 class ScheduleMachine(RuleBasedStateMachine):
-    """Random set/cancel/tick/settle/ack sequences with a random clock."""
+    """Random set/cancel/tick/settle/ack sequences with a random clock, against a model that
+    keeps its own schedule: the stored version, whether it is live, and its position in the
+    list of ticks (S6 as a walk along that list, S5 as the seed's `cancel`)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -45,6 +53,12 @@ class ScheduleMachine(RuleBasedStateMachine):
         self.highest_version = -1  # highest version ever stored or tombstoned
         self.fired: list[int] = []
         self.picks: list[int] = []
+        # The model's schedule.
+        self.version: int | None = None  # stored version, live or tombstone
+        self.live = False
+        self.ticks: list[int] = []
+        self.position: int | None = None  # index in `ticks` of the next tick; None: none
+        self.jitter = 0
 
     def pick(self, max_ms: int) -> int:
         value = max_ms // 3
@@ -63,55 +77,66 @@ class ScheduleMachine(RuleBasedStateMachine):
         assert applied == (version > self.highest_version)
         if applied:
             self.highest_version = version
+            self.version, self.live = version, True
+            self.ticks = TICKS[step]
+            self.position = bisect_right(self.ticks, self.now)  # the first tick after now
+            self.jitter = jitter if isinstance(jitter, int) else jitter.max_ms // 3
             stored = self.core.state.schedule
             assert stored is not None
-            assert stored.next_at == every(request.expression, self.now)
-            expected = jitter if isinstance(jitter, int) else jitter.max_ms // 3
-            assert stored.jitter_ms == expected
+            assert stored.next_at == self.ticks[self.position]
+            assert stored.jitter_ms == self.jitter
         else:
             assert self.core.state.schedule == before  # nothing changes, jitter kept
 
     @rule(version=st.one_of(st.none(), st.integers(0, 8)))
     def cancel(self, version: int | None) -> None:
-        stored = self.core.state.schedule
-        was_live = stored is not None and stored.expression is not None
-        ignored = version is not None and stored is not None and stored.version > version
         live = self.core.cancel(parse_cancel({} if version is None else {"version": version}))
-        assert live == (was_live and not ignored)
-        if not ignored:
-            assert self.core.get() is None
-            if version is not None:
-                self.highest_version = max(self.highest_version, version)
+        # The seed's `cancel`, step by step.
+        nothing_live = version is None and not self.live
+        outranked = version is not None and self.version is not None and self.version > version
+        if nothing_live or outranked:
+            expected = False
+        else:
+            expected = self.live
+            self.version = version if version is not None else self.version
+            self.live, self.position = False, None
+            self.highest_version = max(self.highest_version, self.version or 0)
+        assert live == expected
+        assert (self.core.get() is None) == (not self.live)
 
     @rule(dt=st.integers(0, 2500))
     def tick(self, dt: int) -> None:
         self.now += dt
-        stored = self.core.state.schedule
-        fires_at = self.core.next_wake_at()
+        assert self.now < HORIZON_MS - 10_000
         waiting = self.core.queued_count() - max(self.max_runs - self.core.running_count(), 0)
         run = self.core.tick(self.now)
-        if fires_at is None or fires_at > self.now:
-            assert run is None
+        if not self.live or self.position is None:
+            assert run is None and self.core.next_wake_at() is None
             return
-        assert stored is not None and stored.next_at is not None
+        scheduled = self.ticks[self.position]
+        if scheduled + self.jitter > self.now:  # not due yet
+            assert run is None
+            assert self.core.next_wake_at() == scheduled + self.jitter
+            return
+        # Due: one run for the earliest missed tick; walk past every tick whose firing
+        # time has passed too (they collapse into this run) to the first one still ahead.
+        self.position += 1
+        while self.ticks[self.position] + self.jitter <= self.now:
+            self.position += 1
+        assert run is not None and run.scheduled_time == scheduled
+        assert self.core.next_wake_at() == self.ticks[self.position] + self.jitter
         # after a tick the schedule is never due again at the same instant (S6)
         assert self.core.tick(self.now) is None
-        assert run is not None
         assert run.scheduled_time not in self.fired  # at most once
         self.fired.append(run.scheduled_time)
         if waiting + 1 > self.max_queued:  # no room: skipped, never recorded
-            assert run == Skipped(run.scheduled_time, fires_at, "queue_full")
+            assert run == Skipped(scheduled, scheduled + self.jitter, "queue_full")
             assert run.scheduled_time not in self.core.state.runs
             self.skipped += 1
         else:
             assert isinstance(run, Run)
-            assert run.state == RunStatus.QUEUED and run.due_at == fires_at
+            assert run.state == RunStatus.QUEUED and run.due_at == scheduled + self.jitter
         assert self.core.state.skipped_ticks == self.skipped
-        # missed ticks collapse: the next one is after max(scheduled_time, now - jitter)
-        step = int((stored.expression or "every:1").removeprefix("every:"))
-        after = max(run.scheduled_time, self.now - stored.jitter_ms)
-        assert stored.next_at == (after // step + 1) * step
-        assert stored.next_at + stored.jitter_ms > self.now
 
     @rule()
     def start(self) -> None:
@@ -198,6 +223,53 @@ def test_a_schedule_whose_next_occurrence_is_none_stops_ticking() -> None:
     core.set(SetRequest(expression="never", version=1), 0, lambda _: 0)
     assert core.next_wake_at() is None and core.tick(10**12) is None
     assert core.get() is not None and core.get()["next_at"] is None  # type: ignore[index]
+
+
+# The seed's `cancel(version?)` (000_*.txt), case by case: what it returns, whether a schedule
+# is still live after it, and the highest version a later `set` is refused for (-1: none).
+SEED_CANCEL_CASES = [
+    # stored before            cancel           returns  live after  set refused up to
+    ("none", {}, False, None, -1),  # nothing live: nothing recorded
+    ("none", {"version": 3}, False, None, 3),  # a tombstone of 3 from nothing
+    ("live 5", {}, True, None, 5),
+    ("live 5", {"version": 4}, False, 5, 5),  # the stored version is higher: ignored
+    ("live 5", {"version": 5}, True, None, 5),
+    ("live 5", {"version": 7}, True, None, 7),
+    ("tombstone 5", {}, False, None, 5),
+    ("tombstone 5", {"version": 4}, False, None, 5),
+    ("tombstone 5", {"version": 9}, False, None, 9),
+]
+
+
+def _stored(before: str) -> ScheduleCore:
+    core = ScheduleCore(ScheduleState(), every, 10)
+    if before != "none":
+        core.set(SetRequest(expression="every:1000", version=5), 0, lambda _: 0)
+    if before.startswith("tombstone"):
+        core.cancel(parse_cancel({}))
+    return core
+
+
+@pytest.mark.parametrize(
+    ("before", "payload", "returns", "live_after", "refused"), SEED_CANCEL_CASES
+)
+def test_cancel_follows_the_seed_case_by_case(
+    before: str, payload: dict[str, int], returns: bool, live_after: int | None, refused: int
+) -> None:
+    core = _stored(before)
+    assert core.cancel(parse_cancel(payload)) is returns
+    view = core.get()
+    assert (None if view is None else view["version"]) == live_after
+    if live_after is None:
+        assert core.next_wake_at() is None
+    # A later set: refused up to the recorded version, applied above it.
+    state = core.state.model_dump_json()
+    for version, applies in ((refused, False), (refused + 1, True)):
+        if version < 0:
+            continue
+        probe = ScheduleCore(ScheduleState.model_validate_json(state), every, 10)
+        request = SetRequest(expression="every:10", version=version)
+        assert probe.set(request, 0, lambda _: 0) is applies, version
 
 
 def test_cancel_with_a_version_records_a_tombstone_that_blocks_that_version() -> None:
