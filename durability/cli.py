@@ -3,11 +3,14 @@
     durability schedule set acct-42 "@every 5m" --version 3 --params '{"plan": "pro"}'
     durability schedule get acct-42
     durability schedule runs acct-42 --json
+    durability schedule list --query "DurabilityScheduleVersion >= 3"
     durability ledger enqueue canvas-7 --file ops.json
     durability ledger snapshot canvas-7
     durability ledger skip canvas-7 op-3 --reason "client upgrade pending"
 
 Connection settings come from Temporal's environment configuration (TEMPORAL_ADDRESS, ...).
+`--json` and `--task-queue` go before or after the command. Tables show times in ISO 8601
+UTC; `--json` keeps epoch milliseconds, as the workflows' wire contract has them.
 Exit codes: 0 ok, 1 rejected or not found, 2 bad usage or settings.
 """
 
@@ -26,6 +29,7 @@ from typing import Any
 
 from durability.client import DurabilityClient, NotFoundError, RejectedError
 from durability.connect import ConfigurationError
+from durability.tracing import configure_tracing
 
 Command = Callable[[DurabilityClient, argparse.Namespace], Coroutine[Any, Any, Any]]
 
@@ -121,6 +125,34 @@ def epoch_ms(option: str) -> Callable[[str], int]:
         return int(moment.timestamp() * 1000)
 
     return parse
+
+
+def show_trigger(result: Any) -> str:
+    return table(("field", "value"), [("scheduled_time", iso(result["scheduled_time"]))])
+
+
+def show_backfill(result: Any) -> str:
+    if not result["recorded"]:
+        return "no run recorded (every time in the range is already recorded)"
+    return table(("recorded scheduled_time",), [(iso(t),) for t in result["recorded"]])
+
+
+async def schedule_list(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return await client.list_schedules(args.query, args.limit)
+
+
+async def ledger_list(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return await client.list_ledgers(args.query, args.limit)
+
+
+def show_listed(result: Any) -> str:
+    if not result:
+        return "none found"
+    rows = [
+        (w["id"], w["status"], w["version"], iso(w["next_tick_at"]), iso(w["started_at"]))
+        for w in result
+    ]
+    return table(("id", "status", "version", "next_tick_at", "started_at"), rows)
 
 
 async def schedule_get(client: DurabilityClient, args: argparse.Namespace) -> Any:
@@ -254,15 +286,45 @@ def show_fields(result: Any) -> str:
 # -- parser ---------------------------------------------------------------------
 
 
+def _global_options(suppress: bool) -> argparse.ArgumentParser:
+    """`--json` and `--task-queue`, accepted before and after the command: the copies on
+    the commands default to SUPPRESS so they never overwrite a value given before."""
+    options = argparse.ArgumentParser(add_help=False)
+    default: Any = argparse.SUPPRESS if suppress else False
+    options.add_argument("--json", action="store_true", default=default, help="print JSON")
+    options.add_argument(
+        "--task-queue",
+        default=argparse.SUPPRESS if suppress else None,
+        help="task queue for new workflows (default: env)",
+    )
+    return options
+
+
+def _add_list(commands: Any, run: Command, what: str) -> None:
+    cmd = commands.add_parser("list", help=f"{what} found by visibility (running by default)")
+    cmd.add_argument("--query", help="a visibility filter, e.g. \"ExecutionStatus = 'Completed'\"")
+    cmd.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    cmd.set_defaults(run=run, show=show_listed)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="durability", description=__doc__.split("\n")[0])
-    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
-    parser.add_argument("--task-queue", help="task queue for new workflows (default: env)")
+    parser = argparse.ArgumentParser(
+        prog="durability", description=__doc__.split("\n")[0], parents=[_global_options(False)]
+    )
+    common = _global_options(True)
     top = parser.add_subparsers(dest="group", required=True)
 
+    class CommandParser(argparse.ArgumentParser):
+        """Every command's parser also takes the global options."""
+
+        def __init__(self, **kwargs: Any) -> None:
+            kwargs.setdefault("parents", [common])
+            super().__init__(**kwargs)
+
     schedule = top.add_parser("schedule", help="per-object recurring schedules").add_subparsers(
-        dest="command", required=True
+        dest="command", required=True, parser_class=CommandParser
     )
+    _add_list(schedule, schedule_list, "schedules")
     cmd = schedule.add_parser("set", help="set a schedule version (update-with-start)")
     cmd.add_argument("object_id")
     cmd.add_argument(
@@ -286,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("runs", schedule_runs, show_runs, "runs not yet acknowledged"),
         ("pause", schedule_pause, show_fields, "stop ticks (recorded runs go on)"),
         ("unpause", schedule_unpause, show_fields, "tick again from now"),
-        ("trigger", schedule_trigger, show_fields, "record a run now"),
+        ("trigger", schedule_trigger, show_trigger, "record a run now"),
     ):
         cmd = schedule.add_parser(name, help=text)
         cmd.add_argument("object_id")
@@ -296,11 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("object_id")
     cmd.add_argument("--start", type=epoch_ms("--start"), required=True)
     cmd.add_argument("--end", type=epoch_ms("--end"), required=True)
-    cmd.set_defaults(run=schedule_backfill, show=show_fields)
+    cmd.set_defaults(run=schedule_backfill, show=show_backfill)
 
     ledger = top.add_parser("ledger", help="durable operation ledgers").add_subparsers(
-        dest="command", required=True
+        dest="command", required=True, parser_class=CommandParser
     )
+    _add_list(ledger, ledger_list, "ledgers")
     cmd = ledger.add_parser("enqueue", help="enqueue operations from a JSON file (- for stdin)")
     cmd.add_argument("ledger_id")
     cmd.add_argument("--file", required=True)
@@ -450,8 +513,13 @@ def parse_inputs(args: argparse.Namespace) -> None:
 
 
 async def execute(args: argparse.Namespace) -> Any:
-    client = await DurabilityClient.connect(args.task_queue)
-    return await args.run(client, args)
+    tracing = configure_tracing("durability-cli")
+    try:
+        client = await DurabilityClient.connect(args.task_queue)
+        return await args.run(client, args)
+    finally:
+        if tracing is not None:
+            tracing.shutdown()  # send this command's spans before the process leaves
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -518,8 +518,11 @@ async def test_codec_server_command_decodes_for_the_ui(dev_server_address: str) 
     assert missing.returncode == 2 and "DURABILITY_ENCRYPTION_KEY is not set" in missing.stderr
 
     key = os.urandom(32)
+    token = base64.urlsafe_b64encode(os.urandom(24)).decode()
     env = subprocess_env(
-        dev_server_address, DURABILITY_ENCRYPTION_KEY=base64.b64encode(key).decode()
+        dev_server_address,
+        DURABILITY_ENCRYPTION_KEY=base64.b64encode(key).decode(),
+        DURABILITY_CODEC_TOKEN=token,
     )
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "durability.cli", "codec-server", "--port", "0",
@@ -537,7 +540,9 @@ async def test_codec_server_command_decodes_for_the_ui(dev_server_address: str) 
                                         encoded[0].metadata.items()},
                            "data": base64.b64encode(encoded[0].data).decode()}]}
         ).encode()  # fmt: skip
-        request = urllib.request.Request(f"{url}/decode", data=body, method="POST")
+        request = urllib.request.Request(
+            f"{url}/decode", data=body, method="POST", headers={"Authorization": f"Bearer {token}"}
+        )
         answer = await asyncio.to_thread(lambda: json.loads(urllib.request.urlopen(request).read()))
         assert base64.b64decode(answer["payloads"][0]["data"]) == b'"hello"'
     finally:
