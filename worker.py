@@ -13,7 +13,10 @@ Settings (environment):
   DURABILITY_MAX_CONCURRENT_ACTIVITIES       activities run at once (default 100, >= 1).
   DURABILITY_DEPLOYMENT_NAME, DURABILITY_BUILD_ID
       worker versioning: both set turns on Worker Deployment versioning.
-  DURABILITY_ENCRYPTION_KEY  base64 AES-256 key: encrypt every payload (see durability/codec.py).
+  DURABILITY_ENCRYPTION_KEYS  id:base64,id2:base64,...: AES-256 key ring; payloads under any
+      listed key decrypt (durability/codec.py, docs/security.md for rotation).
+  DURABILITY_ENCRYPTION_KEY_ID  id of the current key, which encrypts new payloads.
+  DURABILITY_ENCRYPTION_KEY  a single base64 key (a ring of one); not together with _KEYS.
   DURABILITY_LEDGER_URL      base URL of the built-in http_submit/http_query activities.
   DURABILITY_WEBHOOK_ALLOWED_URLS
       comma-separated URL prefixes the built-in run_webhook/on_outcome_webhook activities may
@@ -65,6 +68,7 @@ SETTINGS = (
     "DURABILITY_MAX_CONCURRENT_ACTIVITIES",
     "DURABILITY_DEPLOYMENT_NAME",
     "DURABILITY_BUILD_ID",
+    "DURABILITY_ENCRYPTION_KEYS",
     "DURABILITY_ENCRYPTION_KEY",
     "DURABILITY_ENCRYPTION_KEY_ID",
     "DURABILITY_LEDGER_URL",
