@@ -43,11 +43,15 @@ class ScheduleMachine(RuleBasedStateMachine):
     keeps its own schedule: the stored version, whether it is live, and its position in the
     list of ticks (S6 as a walk along that list, S5 as the seed's `cancel`)."""
 
+    overlap = "queue"
+    # The model's queue: how many runs may wait for a slot under each overlap policy.
+    QUEUE_LIMIT = {"queue": 3, "skip": 0, "buffer_one": 1}
+
     def __init__(self) -> None:
         super().__init__()
         self.max_runs = 2
-        self.max_queued = 3
-        self.core = ScheduleCore(ScheduleState(), every, self.max_runs, self.max_queued)
+        self.max_queued = self.QUEUE_LIMIT[self.overlap]
+        self.core = ScheduleCore(ScheduleState(), every, self.max_runs, 3, self.overlap)
         self.skipped = 0
         self.now = 1_000_000
         self.highest_version = -1  # highest version ever stored or tombstoned
@@ -130,7 +134,8 @@ class ScheduleMachine(RuleBasedStateMachine):
         assert run.scheduled_time not in self.fired  # at most once
         self.fired.append(run.scheduled_time)
         if waiting + 1 > self.max_queued:  # no room: skipped, never recorded
-            assert run == Skipped(scheduled, scheduled + self.jitter, "queue_full")
+            reason = "queue_full" if self.overlap == "queue" else "overlap"
+            assert run == Skipped(scheduled, scheduled + self.jitter, reason)
             assert run.scheduled_time not in self.core.state.runs
             self.skipped += 1
         else:
@@ -172,7 +177,6 @@ class ScheduleMachine(RuleBasedStateMachine):
     @invariant()
     def slots_are_respected(self) -> None:
         assert self.core.running_count() <= self.max_runs
-
     @invariant()
     def the_queue_is_bounded(self) -> None:
         free = max(self.max_runs - self.core.running_count(), 0)
@@ -192,6 +196,24 @@ class ScheduleMachine(RuleBasedStateMachine):
 
 TestScheduleMachine = ScheduleMachine.TestCase
 TestScheduleMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+class SkipOverlapMachine(ScheduleMachine):
+    """`overlap: "skip"`: a tick that finds every slot busy is skipped (S6 and S8 hold)."""
+
+    overlap = "skip"
+
+
+class BufferOneOverlapMachine(ScheduleMachine):
+    """`overlap: "buffer_one"`: at most one run waits; later ticks are skipped meanwhile."""
+
+    overlap = "buffer_one"
+
+
+TestSkipOverlap = SkipOverlapMachine.TestCase
+TestSkipOverlap.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+TestBufferOneOverlap = BufferOneOverlapMachine.TestCase
+TestBufferOneOverlap.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
 
 
 def test_a_tick_after_a_long_outage_fires_once_at_the_earliest_missed_time() -> None:

@@ -88,6 +88,10 @@ class ScheduleState(BaseModel):
 MAX_PARAMS_BYTES = 8 * 1024
 MAX_EXPRESSION_LENGTH = 500
 QUEUE_FULL = "queue_full"
+# A tick skipped by the overlap policy ("skip", "buffer_one") rather than by max_queued_runs.
+OVERLAP = "overlap"
+# How many runs may wait for a slot under each overlap policy (`max_queued_runs` caps all).
+OVERLAP_QUEUE_LIMIT = {"queue": None, "skip": 0, "buffer_one": 1}
 STATE_BUDGET = "state_budget"
 
 
@@ -210,11 +214,15 @@ class ScheduleCore:
         next_occurrence: NextOccurrence,
         max_concurrent_runs: int,
         max_queued_runs: int = 100,
+        overlap: str = "queue",
     ) -> None:
         self.state = state
         self.next_occurrence = next_occurrence
         self.max_concurrent_runs = max_concurrent_runs
-        self.max_queued_runs = max_queued_runs
+        limit = OVERLAP_QUEUE_LIMIT[overlap]
+        self.max_queued_runs = max_queued_runs if limit is None else min(limit, max_queued_runs)
+        self.full_reason = QUEUE_FULL if limit is None else OVERLAP
+        self.overlap = overlap
 
     # --- bounds (the queue and the carried state) ---
 
@@ -224,7 +232,7 @@ class ScheduleCore:
         carried state past STATE_BUDGET_BYTES."""
         free = max(self.max_concurrent_runs - self.running_count(), 0)
         if self.queued_count() + count - free > self.max_queued_runs:
-            return QUEUE_FULL
+            return self.full_reason
         run_bytes = len(json.dumps(params, separators=(",", ":"), default=str)) + 200
         if len(self.state.model_dump_json()) + count * run_bytes > STATE_BUDGET_BYTES:
             return STATE_BUDGET
@@ -241,10 +249,11 @@ class ScheduleCore:
         """Raise InvalidRequest when `count` more runs of the live version do not fit."""
         stored = self.state.schedule
         reason = self.room_for(count, stored.params if stored is not None else {})
-        if reason == QUEUE_FULL:
+        if reason in (QUEUE_FULL, OVERLAP):
+            policy = "" if reason == QUEUE_FULL else f" (overlap {self.overlap!r})"
             raise NoRoomForRuns(
                 f"{what} refused: {count} more run(s) would pass max_queued_runs="
-                f"{self.max_queued_runs} ({self.queued_count()} queued, "
+                f"{self.max_queued_runs}{policy} ({self.queued_count()} queued, "
                 f"{self.running_count()} running of {self.max_concurrent_runs})"
             )
         if reason == STATE_BUDGET:

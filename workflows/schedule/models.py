@@ -39,6 +39,10 @@ class ScheduleInput(BaseModel):
     # Runs waiting for a slot; a tick that finds the queue full is skipped (never run), with
     # a `skipped` lifecycle event. 0: a tick that finds every slot busy is skipped.
     max_queued_runs: int = Field(100, ge=0, le=1000)
+    # What a tick does when every slot is busy: "queue" waits in the durable queue (up to
+    # max_queued_runs), "skip" is skipped at once (native Schedules' default), "buffer_one"
+    # waits only if no other run does (APScheduler-like coalescing); see OVERLAP_QUEUE_LIMIT.
+    overlap: Literal["queue", "skip", "buffer_one"] = "queue"
     run_timeout_ms: int = Field(900_000, ge=1, le=MAX_DELAY_MS)
     run_heartbeat_timeout_ms: int | None = Field(None, ge=1, le=MAX_DELAY_MS)
     outcome_timeout_ms: int = Field(60_000, ge=1, le=MAX_DELAY_MS)

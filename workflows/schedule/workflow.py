@@ -10,7 +10,7 @@ Bring your own `next_occurrence` by subclassing (the run method must be redeclar
             return my_calendar.next(expression, after_ms)
 
         @workflow.run
-        async def run(self, input: Any = None) -> None:
+        async def run(self, input: RawValue = NO_INPUT) -> None:  # workflows.limits
             await super().run(input)
 
 and register it instead of `DurabilityScheduleWorkflow`.
@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
+from temporalio.common import RawValue, RetryPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import SANDBOXED, search_attributes
     from workflows.barrier import record_progress
     from workflows.handover import REPORT_BY_SIGNAL, hand_over
+    from workflows.limits import NO_INPUT, decode_start_input, id_problem
     from workflows.schedule import cron
     from workflows.schedule.core import (
         InvalidRequest,
@@ -174,15 +175,24 @@ class DurabilityScheduleWorkflow:
     """One object's recurring schedule (S1-S8, S13): never completes on its own."""
 
     @workflow.init
-    def __init__(self, input: Any = None) -> None:
+    def __init__(self, input: RawValue = NO_INPUT) -> None:
+        # Decoded and validated here, not by the converter: a start input the converter
+        # cannot read would fail every workflow task; this way the schedule fails once.
         self._input_error: str | None = None
         try:
-            start = ScheduleWorkflowInput.model_validate(input or {})
-        except ValidationError as error:
+            raw = input
+            if isinstance(raw, RawValue):  # a subclass's `run` may declare `Any`
+                raw = decode_start_input(workflow.payload_converter(), raw)
+            start = ScheduleWorkflowInput.model_validate(raw or {})
+        except (ValidationError, ValueError) as error:
             self._input_error = f"invalid DurabilitySchedule input: {error}"
             start = ScheduleWorkflowInput()
         workflow_id = workflow.info().workflow_id
         object_id = start.object_id or workflow_id.removeprefix("schedule:")
+        problem = id_problem("object_id", object_id)
+        if problem is not None:
+            self._input_error = self._input_error or f"invalid DurabilitySchedule input: {problem}"
+            object_id = object_id[:100]
         self._settings = ScheduleInput.model_validate(
             {**start.model_dump(exclude={"carried"}), "object_id": object_id}
         )
@@ -192,6 +202,7 @@ class DurabilityScheduleWorkflow:
             self.next_occurrence,
             self._settings.max_concurrent_runs,
             self._settings.max_queued_runs,
+            self._settings.overlap,
         )
         self._lifecycle = _Lifecycle(self._settings)
         self._starts: set[asyncio.Task[None]] = set()
@@ -211,7 +222,7 @@ class DurabilityScheduleWorkflow:
         return cron.next_occurrence(expression, after_ms)
 
     @workflow.run
-    async def run(self, input: Any = None) -> None:
+    async def run(self, input: RawValue = NO_INPUT) -> None:
         """Tick, start runs, sleep until the next tick or a message; continue-as-new."""
         if self._input_error is not None:
             raise ApplicationError(
