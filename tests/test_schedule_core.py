@@ -177,6 +177,7 @@ class ScheduleMachine(RuleBasedStateMachine):
     @invariant()
     def slots_are_respected(self) -> None:
         assert self.core.running_count() <= self.max_runs
+
     @invariant()
     def the_queue_is_bounded(self) -> None:
         free = max(self.max_runs - self.core.running_count(), 0)
