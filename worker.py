@@ -52,7 +52,8 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from activities.schedule import WebhookAllowlist, WebhookAllowlistError
 from durability.connect import ConfigurationError, connect, task_queue
-from durability.registry import all_workflows, builtin_activities, workflow_runner
+from durability.plugin import DurabilityPlugin
+from durability.registry import workflow_runner
 from durability.tracing import configure_tracing
 from workflows import search_attributes
 
@@ -249,14 +250,15 @@ async def run_worker(env: Mapping[str, str] | None = None) -> None:
     deployment = _deployment(env)
     skip_check = _flag_setting(env, "DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK")
     webhooks = webhook_allowlist(env)
-    client = await connect(env, runtime=_runtime(metrics_port))
+    # The one wiring users get too (durability.plugin): converter, codec, tracing, and the
+    # workflows and built-in activities of every worker made from this client.
+    plugin = DurabilityPlugin(webhook_allowlist=webhooks)
+    client = await connect(env, runtime=_runtime(metrics_port), plugins=[plugin])
     if not skip_check:
         await check_search_attributes(client)
     worker = Worker(
         client,
         task_queue=queue,
-        workflows=all_workflows(),
-        activities=list(builtin_activities(webhook_allowlist=webhooks)),
         workflow_runner=workflow_runner(),
         graceful_shutdown_timeout=timedelta(seconds=drain),
         deployment_config=deployment,

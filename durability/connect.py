@@ -8,10 +8,10 @@ Connection settings come from Temporal's environment configuration
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from temporalio.client import Client, Interceptor
+from temporalio.client import Client, Interceptor, Plugin
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
@@ -73,16 +73,19 @@ async def connect(
     env: Mapping[str, str] | None = None,
     *,
     runtime: Runtime | None = None,
+    plugins: Sequence[Plugin] | None = None,
     **overrides: Any,
 ) -> Client:
-    """Connect with envconfig settings, the pydantic converter and tracing."""
+    """Connect with envconfig settings and `DurabilityPlugin` (the pydantic converter, the
+    codec when configured, tracing; workers made from this client serve the product)."""
+    from durability.plugin import DurabilityPlugin
+
     config: dict[str, Any] = dict(load_connect_config(env))
     config.update(overrides)
     try:
         return await Client.connect(
             **config,
-            data_converter=data_converter(),
-            interceptors=interceptors(),
+            plugins=list(plugins) if plugins is not None else [DurabilityPlugin()],
             runtime=runtime,
         )
     except RuntimeError as error:
