@@ -119,10 +119,103 @@ class BenchActivityThroughput:
         return _now_ms() - started
 
 
+@workflow.defn(name="BenchRawLedger")
+class BenchRawLedger:
+    """The ledger's graph done the plainest way, as a fair baseline: one workflow calls the
+    submit activity for each operation directly (no child workflows, no frozen bodies, no
+    compile), under the same rules: an operation starts once its dependencies are done and
+    none of its canvases is held, in sequence order, with at most `concurrency` in flight and
+    `lanes` per operation type. Returns the elapsed workflow time in ms."""
+
+    @workflow.run
+    async def run(self, args: dict[str, Any]) -> int:
+        operations: list[dict[str, Any]] = args["operations"]
+        concurrency = int(args["concurrency"])
+        lanes: dict[str, int] = dict(args.get("lanes") or {})
+        submit = str(args["submit_activity"])
+        done: set[str] = set()
+        held: set[str] = set()
+        in_flight: dict[str, int] = {}
+        waiting = list(operations)
+        started = _now_ms()
+
+        async def one(op: dict[str, Any]) -> None:
+            await workflow.execute_activity(
+                submit,
+                {"id": op["id"], "idempotency_key": op["id"], "payload": op.get("payload")},
+                start_to_close_timeout=ACTIVITY_TIMEOUT,
+            )
+            done.add(op["id"])
+            held.difference_update(op["participants"])
+            in_flight[op["operation_type"]] -= 1
+
+        def ready(op: dict[str, Any]) -> bool:
+            kind = op["operation_type"]
+            return (
+                all(d in done for d in op["dependencies"])
+                and not held.intersection(op["participants"])
+                and in_flight.get(kind, 0) < lanes.get(kind, concurrency)
+            )
+
+        tasks: set[asyncio.Task[None]] = set()
+        while waiting or tasks:
+            for op in list(waiting):
+                if len(tasks) >= concurrency:
+                    break
+                if ready(op):
+                    waiting.remove(op)
+                    held.update(op["participants"])
+                    in_flight[op["operation_type"]] = in_flight.get(op["operation_type"], 0) + 1
+                    task = asyncio.create_task(one(op))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+            count = len(done)
+            await workflow.wait_condition(lambda: len(done) != count)  # noqa: B023
+        return _now_ms() - started
+
+
+@workflow.defn(name="BenchHopChild")
+class BenchHopChild:
+    """One hop of the ledger's shape: a child workflow that calls the submit activity once."""
+
+    @workflow.run
+    async def run(self, args: dict[str, Any]) -> None:
+        await workflow.execute_activity(
+            str(args["submit_activity"]),
+            {"id": args["id"], "idempotency_key": args["id"], "payload": None},
+            start_to_close_timeout=ACTIVITY_TIMEOUT,
+        )
+
+
+@workflow.defn(name="BenchChildHops")
+class BenchChildHops:
+    """`count` hops one after another (start a child that submits once, await it); returns
+    each hop's workflow time in ms: the floor of one step of a ledger's critical path."""
+
+    @workflow.run
+    async def run(self, args: dict[str, Any]) -> list[int]:
+        hops: list[int] = []
+        for n in range(int(args["count"])):
+            began = _now_ms()
+            await workflow.execute_child_workflow(
+                BenchHopChild.run,
+                {
+                    "id": f"{workflow.info().workflow_id}-{n}",
+                    "submit_activity": args["submit_activity"],
+                },
+                id=f"{workflow.info().workflow_id}-hop-{n}",
+            )
+            hops.append(_now_ms() - began)
+        return hops
+
+
 BENCH_WORKFLOWS: list[type] = [
     BenchTimerLoop,
     BenchChain,
     BenchChainChild,
     BenchNativeRun,
     BenchActivityThroughput,
+    BenchRawLedger,
+    BenchHopChild,
+    BenchChildHops,
 ]
