@@ -398,16 +398,27 @@ async def _failed_workflow_tasks(temporal: Client, report: ChaosReport) -> list[
     async def scan(workflow_id: str, run_id: str) -> None:
         async with limit:
             handle = temporal.get_workflow_handle(workflow_id, run_id=run_id)
-            async for event in handle.fetch_history_events():
-                if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-                    attributes = event.workflow_task_failed_event_attributes
-                    failed.append(
-                        f"{workflow_id} event {event.event_id}: cause {attributes.cause}: "
-                        f"{attributes.failure.message[:200]}"
-                    )
+            events = [event async for event in handle.fetch_history_events()]
+            for index, event in enumerate(events):
+                if event.event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                    continue
+                attributes = event.workflow_task_failed_event_attributes
+                # What raced the task: the events recorded right after the failure.
+                after = ", ".join(_event_name(e) for e in events[index + 1 : index + 3])
+                failed.append(
+                    f"{workflow_id} event {event.event_id}: cause {attributes.cause}: "
+                    f"{attributes.failure.message[:200]} (then: {after})"
+                )
 
     await asyncio.gather(*(scan(workflow_id, run_id) for workflow_id, run_id in executions))
     return sorted(failed)
+
+
+def _event_name(event: Any) -> str:
+    name = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")
+    if event.HasField("workflow_execution_signaled_event_attributes"):
+        name += f" {event.workflow_execution_signaled_event_attributes.signal_name}"
+    return name
 
 
 @dataclass
