@@ -44,6 +44,16 @@ def pid_of(identity: str) -> int:
     return int(identity.split("@", 1)[0])
 
 
+TIMED_OUT = EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT
+TIMER_FIRED = EventType.EVENT_TYPE_TIMER_FIRED
+
+
+async def run_event_kinds(client: Client, key: str) -> list[EventType.ValueType]:
+    """The event types of a run's history (`schedule-run:<key>`)."""
+    history = await client.get_workflow_handle(f"schedule-run:{key}").fetch_history()
+    return [event.event_type for event in history.events]
+
+
 @pytest.mark.timeout(170)
 async def test_workers_share_the_work_and_ticking_survives_all_but_one(
     client: Client, dev_server_address: str, tmp_path: Path
@@ -225,10 +235,11 @@ async def test_rolling_upgrade_moves_running_schedules_to_the_new_build(
 async def test_run_killed_mid_flight_is_interrupted_even_if_the_run_timer_fires_first(
     client: Client, dev_server_address: str, tmp_path: Path
 ) -> None:
-    """A worker dies mid-run; its run's heartbeat times out after 1 s, but the child's next
-    workflow task waits ~10 s for the dead worker's sticky queue, so the 3 s run timer has
-    fired too when the task runs. S10: the run is `ScheduledRunInterruptedError` all the same
-    (its heartbeat timed out first, as its history shows)."""
+    """A worker dies mid-run; its run's heartbeat times out after 1 s and its 3 s run timer
+    fires while no worker is alive, so one workflow task sees both. The test keeps the only
+    worker dead until both events are in the run's history (it does not rely on how long a
+    restarted worker takes to get the task). S10: the run is `ScheduledRunInterruptedError`
+    all the same (its heartbeat timed out first, as its history shows)."""
     recorder = Recorder(seed=7, slow_run_rate=1.0, slow_run_s=(8.0, 8.0), outcome_fail_rate=0.0)
     recorder.start()
     queue = f"killed-{uuid.uuid4().hex[:8]}"
@@ -248,7 +259,18 @@ async def test_run_killed_mid_flight_is_interrupted_even_if_the_run_timer_fires_
         await eventually(lambda: bool(recorder.runs), timeout=30)
         await durability.cancel_schedule(object_id)
         fleet.kill(0)  # the run's POST is still in the recorder's (8 s) handler
-        await asyncio.sleep(1.0)
+        in_flight: list[str] = []  # runs whose POST reached the recorder before the kill
+
+        async def timed_out_and_timer_fired() -> bool:
+            with recorder.lock:
+                in_flight[:] = list(recorder.runs)
+            for key in in_flight:
+                kinds = await run_event_kinds(client, key)
+                if not {TIMED_OUT, TIMER_FIRED} <= set(kinds):
+                    return False
+            return True
+
+        await eventually(timed_out_and_timer_fired, timeout=30, interval=0.2)
         fleet.revive()
 
         async def acknowledged() -> bool:
@@ -257,14 +279,15 @@ async def test_run_killed_mid_flight_is_interrupted_even_if_the_run_timer_fires_
         await eventually(acknowledged, timeout=60, interval=0.5)
         with recorder.lock:
             cut = [key for key, posts in recorder.runs.items() if posts[0].client_gone]
-        assert cut
+        assert cut and sorted(cut) == sorted(in_flight)
         for key in cut:
             handle = client.get_workflow_handle(f"schedule-run:{key}")
-            kinds = [event.event_type for event in (await handle.fetch_history()).events]
-            # The run activity's heartbeat timed out before the run timer fired.
-            assert kinds.index(EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT) < kinds.index(
-                EventType.EVENT_TYPE_TIMER_FIRED
-            )
+            kinds = await run_event_kinds(client, key)
+            # The run activity's heartbeat timed out before the run timer fired, and one
+            # workflow task (the first started after the timer fired) saw both.
+            timed_out, fired = kinds.index(TIMED_OUT), kinds.index(TIMER_FIRED)
+            assert timed_out < fired
+            assert EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED not in kinds[timed_out:fired]
             result = await handle.result()
             assert result["outcome"]["error"]["name"] == "ScheduledRunInterruptedError", result
     finally:

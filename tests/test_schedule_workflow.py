@@ -4,6 +4,7 @@ FIFO queue, timeouts, outcome retries, dead letters, continue-as-new and bad inp
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import AsyncIterator
@@ -35,7 +36,9 @@ class Recorder:
 
     Behaviour comes from the run's params: `sleep_ms` (heartbeating unless
     `no_heartbeat`), `fail` (raise ApplicationError type `Boom`), `outcome_failures`
-    (the outcome activity fails that many attempts first).
+    (the outcome activity fails that many attempts first), `gated_outcome` (the outcome
+    activity waits until the test sets `outcome_gate`), `gated_run` (the run waits until
+    the test sets `run_gate`).
     """
 
     started: list[dict[str, Any]] = field(default_factory=list)
@@ -45,6 +48,10 @@ class Recorder:
     events: list[dict[str, Any]] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
+    outcome_gate: asyncio.Event = field(default_factory=asyncio.Event)
+    run_gate: asyncio.Event = field(default_factory=asyncio.Event)
+    # scheduled_time of each outcome call that returned (the outcome was accepted)
+    accepted: list[int] = field(default_factory=list)
 
     @activity.defn(name="run")
     async def run(self, run: dict[str, Any]) -> None:
@@ -54,7 +61,9 @@ class Recorder:
         params = run["params"]
         try:
             deadline = time.monotonic() + params.get("sleep_ms", 0) / 1000
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline or (
+                params.get("gated_run") and not self.run_gate.is_set()
+            ):
                 if not params.get("no_heartbeat"):
                     activity.heartbeat()
                 await asyncio.sleep(0.05)
@@ -73,6 +82,9 @@ class Recorder:
         self.outcomes.append((run, outcome, attempt))
         if attempt <= run["params"].get("outcome_failures", 0):
             raise ApplicationError(f"outcome attempt {attempt} refused", type="Refused")
+        if run["params"].get("gated_outcome"):
+            await self.outcome_gate.wait()
+        self.accepted.append(run["scheduled_time"])
 
     @activity.defn(name="lifecycle")
     async def lifecycle(self, event: dict[str, Any]) -> None:
@@ -497,22 +509,41 @@ async def test_a_worker_outage_collapses_missed_ticks_into_one_run_at_the_earlie
         await set_schedule(handle, expression="@every 1s", version=1)
         await eventually(lambda: recorder.delivered())
         before = (await handle.query("get"))["next_at"]
-    outage_started = int(time.time() * 1000)
-    await asyncio.sleep(3.5)
-    outage_ended = int(time.time() * 1000)
+    # No worker: wait until two more ticks after `before` are due as well.
+    await eventually(lambda: time.time() * 1000 > before + 2000, timeout=10, interval=0.05)
+
+    def dues() -> list[dict[str, Any]]:
+        return sorted(
+            (e for e in recorder.events if e["type"] == "due"), key=lambda e: e["scheduled_time"]
+        )
+
+    def late(event: dict[str, Any]) -> int:
+        return int(event["timestamp"] - event["scheduled_time"])
+
     async with schedule_worker(client, task_queue, recorder):
-        await eventually(lambda: [r for r in recorder.started if r["scheduled_time"] >= before])
-        after = (await handle.query("get"))["next_at"]
+        # The tick that fired once the worker was back, then the one after it.
+        await eventually(lambda: any(late(e) >= 2000 for e in dues()), timeout=20)
+        collapsed = max(dues(), key=late)
+        await eventually(
+            lambda: any(e["scheduled_time"] > collapsed["scheduled_time"] for e in dues()),
+            timeout=20,
+        )
         await handle.execute_update("cancel", {})
         await eventually(_no_runs_left(handle), timeout=30)
 
-    during = [
-        r["scheduled_time"] for r in recorder.started if before <= r["scheduled_time"] < after
-    ]
-    # several ticks passed while no worker ran; they collapse into the earliest one
-    assert outage_ended - outage_started >= 3000
-    assert during == [before]
-    assert after > outage_ended - 1000
+    # What the workflow saw (its own clock, from the `due` event): at `fired`, every tick of
+    # `@every 1s` from `collapsed` to `fired` was due. One run, for the earliest of them; the
+    # next run is the first tick after `fired`.
+    first, fired = collapsed["scheduled_time"], collapsed["timestamp"]
+    assert first >= before
+    missed = list(range(first, fired + 1, 1000))
+    assert len(missed) >= 3, (first, fired)
+    upcoming = next(t for t in itertools.count(first, 1000) if t > fired)
+    recorded = [e["scheduled_time"] for e in dues()]
+    assert recorded[recorded.index(first) + 1] == upcoming
+    started = [r["scheduled_time"] for r in recorder.started]
+    assert first in started and not set(missed[1:]) & set(started)
+    assert not set(missed[1:]) & set(recorded)
 
 
 async def test_a_run_terminated_from_outside_frees_its_slot_and_leaves_the_runs_list(
@@ -548,21 +579,26 @@ async def test_a_slow_outcome_delivery_frees_the_slot_before_the_outcome_is_deli
     client: Client, task_queue: str, unique: str
 ) -> None:
     """The run's slot is freed once the run stopped (S9), not once its outcome is delivered:
-    with one slot and an outcome refused twice (retried after 1 s and 2 s), the next run
-    starts while the first outcome is still being retried."""
+    with one slot and outcome deliveries that do not return until the test lets them, the
+    next run starts while the first outcome is still being delivered."""
     recorder = Recorder()
     async with schedule_worker(client, task_queue, recorder):
         handle = await start_schedule(client, task_queue, unique, max_concurrent_runs=1)
         await set_schedule(
-            handle, expression="@every 1s", version=1, params={"outcome_failures": 2}
+            handle, expression="@every 1s", version=1, params={"gated_outcome": True}
         )
         await eventually(lambda: len(recorder.started) >= 2, timeout=15)
         first = recorder.started[0]["scheduled_time"]
-        first_delivered = [run["scheduled_time"] for run, _, _ in recorder.delivered()].count(first)
+        # The first run's delivery is under way and cannot return before the gate opens.
+        await eventually(
+            lambda: first in [run["scheduled_time"] for run, _, _ in recorder.outcomes]
+        )
+        assert recorder.accepted == []
+        recorder.outcome_gate.set()
         await handle.execute_update("cancel", {})
         await eventually(_no_runs_left(handle), timeout=30)
-    assert first_delivered == 0, "the second run started only after the first was delivered"
-    assert [run["scheduled_time"] for run, _, _ in recorder.delivered()].count(first) == 1
+    assert recorder.accepted.count(first) == 1
+    assert sorted(recorder.accepted) == sorted(r["scheduled_time"] for r in recorder.started)
 
 
 def _scheduled_time_of(attributes: Any) -> int:
