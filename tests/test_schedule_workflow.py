@@ -652,6 +652,55 @@ async def test_a_backfilled_time_that_already_ran_is_refused_by_its_child_id(
     assert [run["scheduled_time"] for run, _, _ in recorder.outcomes].count(ran) == 1
 
 
+async def test_a_time_that_ran_is_refused_after_continue_as_new_and_a_new_version(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """At most once (S6) does not rest on the state: the execution that backfills the time
+    is not the one that ran it (continue-as-new) and a new version is live; the child
+    workflow ID alone refuses the second start."""
+    recorder = Recorder()
+    async with schedule_worker(client, task_queue, recorder):
+        handle = await start_schedule(client, task_queue, unique, continue_as_new_after_events=30)
+        await set_schedule(handle, expression="@every 1s", version=1, params={"v": 1})
+        await eventually(lambda: recorder.delivered(), timeout=20)
+        ran = recorder.delivered()[0][0]["scheduled_time"]
+        ran_by = await client.get_workflow_handle(f"schedule-run:{unique}:{ran}").describe()
+        started_by = ran_by.parent_run_id
+
+        async def continued_since() -> bool:
+            return (await client.get_workflow_handle(handle.id).describe()).run_id != started_by
+
+        await eventually(continued_since, timeout=30)
+        current = client.get_workflow_handle(handle.id)
+        await current.execute_update("pause", {})  # no more ticks; the schedule stays live
+        assert await set_schedule(current, expression="@every 1s", version=2, params={"v": 2})
+        await eventually(_no_runs_left(current), timeout=20)
+        recorded = await current.execute_update(
+            "backfill", {"start_at": ran, "end_at": ran + 1}, result_type=list[int]
+        )
+        assert recorded == [ran]  # the state does not know it ran...
+        await eventually(_no_runs_left(current), timeout=20)
+        await current.terminate("test done")
+    # ...its child workflow ID refused to start it a second time (S6).
+    assert [r["scheduled_time"] for r in recorder.started].count(ran) == 1
+    assert [run["scheduled_time"] for run, _, _ in recorder.outcomes].count(ran) == 1
+    assert not [r for r in recorder.started if r["params"] == {"v": 2}]
+    # The refusal, in the executions after the one that ran it (walking back the chain).
+    failed_starts: list[str] = []
+    run_id = (await client.get_workflow_handle(handle.id).describe()).run_id
+    while run_id != started_by:
+        history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        failed_starts += [
+            e.start_child_workflow_execution_failed_event_attributes.workflow_id
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED
+        ]
+        started = history.events[0].workflow_execution_started_event_attributes
+        run_id = started.continued_execution_run_id
+        assert run_id, "walked past the first execution"
+    assert failed_starts == [f"schedule-run:{unique}:{ran}"]
+
+
 async def test_trigger_rejections_are_typed_and_not_retryable(
     client: Client, task_queue: str, unique: str
 ) -> None:
