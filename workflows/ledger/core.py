@@ -57,6 +57,7 @@ from workflows.ledger.models import (
     RequestStatus,
     RetryConfig,
 )
+from workflows.limits import MAX_JSON_DEPTH, json_depth
 
 MISSING_PARTICIPANTS = "missing_participants"
 PARTICIPANT_MISMATCH = "participant_mismatch"
@@ -124,6 +125,12 @@ def parse_enqueue(raw: Any) -> EnqueueInput:
             raise LedgerInputError(
                 f"invalid enqueue input: operations.{index}.payload is {size} bytes as JSON, "
                 f"more than the limit of {MAX_PAYLOAD_BYTES}"
+            )
+        depth = json_depth(intent.payload)
+        if depth > MAX_JSON_DEPTH:
+            raise LedgerInputError(
+                f"invalid enqueue input: operations.{index}.payload nests {depth} levels deep, "
+                f"more than {MAX_JSON_DEPTH}"
             )
         total += json_size(intent)
     if total > MAX_BATCH_BYTES:
@@ -496,7 +503,10 @@ def retry_delay_ms(attempt: int, retry: RetryConfig, retry_after_ms: int | None 
     if retry_after_ms is not None and retry_after_ms >= 0:
         return max(1, retry_after_ms)
     exponent = min(max(attempt, 0), MAX_BACKOFF_EXPONENT)
-    computed = retry.initial_interval_ms * retry.backoff_coefficient**exponent
+    try:
+        computed = retry.initial_interval_ms * retry.backoff_coefficient**exponent
+    except OverflowError:  # a huge (finite) coefficient: the maximum applies
+        computed = float(retry.maximum_interval_ms)
     return max(1, int(min(float(retry.maximum_interval_ms), computed)))
 
 

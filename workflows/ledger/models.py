@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+
+from workflows.limits import ActivityName, BoundedId, TaskQueueName
 
 # Input limits: with them and the state budget (workflows.budget) everything the
 # ledger carries across continue-as-new stays well under Temporal's 2 MB payload limit.
@@ -31,7 +33,7 @@ class RetryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     initial_interval_ms: int = Field(default=500, ge=1, le=MAX_INT32)
-    backoff_coefficient: float = Field(default=2.0, ge=1.0)
+    backoff_coefficient: float = Field(default=2.0, ge=1.0, allow_inf_nan=False)
     maximum_interval_ms: int = Field(default=30_000, ge=1, le=MAX_INT32)
 
 
@@ -70,10 +72,12 @@ class LedgerConfig(BaseModel):
     participant_free_types: list[str] = Field(default_factory=_default_participant_free)
     supported_protocol_versions: list[int] = Field(default_factory=lambda: [1])
     retry: RetryConfig = Field(default_factory=RetryConfig)
-    compile_activity: str = Field(default="compile", min_length=1)
-    submit_activity: str = Field(default="submit", min_length=1)
-    query_activity: str = Field(default="query", min_length=1)
-    activity_task_queue: str | None = None
+    # Names Temporal accepts in a command (workflows.limits); ledger_id is checked by the
+    # workflow, which may take it from the workflow ID.
+    compile_activity: ActivityName = "compile"
+    submit_activity: ActivityName = "submit"
+    query_activity: ActivityName = "query"
+    activity_task_queue: TaskQueueName | None = None
     # Not part of the wire contract: continue-as-new once history reaches this many events
     # (None: when Temporal suggests it, with a safety cap). Tests use a small value; below 20
     # a fresh run could be due before it dispatches anything.
@@ -220,17 +224,23 @@ class LedgerInput(LedgerConfig):
 class FrozenRequestInput(BaseModel):
     """Start input of a `FrozenRequest` child: the frozen body and where its loop resumes."""
 
-    ledger_id: str
+    ledger_id: BoundedId
     request: dict[str, Any]
     next_action: RequestAction = "submit"
     attempt: int = 0
     launch: int = 1
     not_before: int | None = None
-    submit_activity: str = "submit"
-    query_activity: str = "query"
-    activity_task_queue: str | None = None
+    submit_activity: ActivityName = "submit"
+    query_activity: ActivityName = "query"
+    activity_task_queue: TaskQueueName | None = None
     retry: RetryConfig = Field(default_factory=RetryConfig)
-    activity_timeout_ms: int = 30_000
+    activity_timeout_ms: int = Field(default=30_000, ge=1, le=MAX_INT32)
+
+    @model_validator(mode="after")
+    def _request_has_an_id(self) -> FrozenRequestInput:
+        if not isinstance(self.request.get("id"), str):
+            raise ValueError(f"request.id must be a string, got {self.request.get('id')!r:.80}")
+        return self
 
 
 class RequestReport(BaseModel):

@@ -27,7 +27,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -61,7 +61,9 @@ with workflow.unsafe.imports_passed_through():
         RequestReport,
         SkipInput,
     )
+    from workflows.limits import id_problem
     from workflows.search_attributes import LEDGER_ID
+    from workflows.start_input import NO_INPUT, decode_start_input
 
 COMPILE_TIMEOUT = timedelta(seconds=60)
 COMPILE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3)
@@ -110,14 +112,17 @@ class OperationLedgerWorkflow:
     """One ledger per `ledger_id` (L1): records intents and drives them to frozen requests."""
 
     @workflow.init
-    def __init__(self, input: Any = None) -> None:
-        # Validated here, not by the converter: a start input that fails to decode would fail
-        # every workflow task; this way the ledger fails once, naming the field.
+    def __init__(self, input: RawValue = NO_INPUT) -> None:
+        # Decoded and validated here, not by the converter: a start input that fails to decode
+        # would fail every workflow task; this way the ledger fails once, naming the field.
         self._input_error: str | None = None
         try:
-            start = LedgerInput.model_validate(input or {})
+            start = LedgerInput.model_validate(decode_start_input(input) or {})
         except ValidationError as error:
             self._input_error = core.format_validation_error("OperationLedger input", error)
+            start = LedgerInput()
+        except ValueError as error:
+            self._input_error = f"invalid OperationLedger input: {error}"
             start = LedgerInput()
         workflow_id = workflow.info().workflow_id
         default_id = workflow_id.removeprefix(LEDGER_ID_PREFIX)
@@ -125,6 +130,10 @@ class OperationLedgerWorkflow:
             {**start.model_dump(exclude={"carried_state"}), "ledger_id": start.ledger_id}
         )
         self._ledger_id = start.ledger_id or default_id
+        problem = id_problem("ledger_id", self._ledger_id)
+        if problem is not None:
+            self._input_error = self._input_error or f"invalid OperationLedger input: {problem}"
+            self._ledger_id = self._ledger_id[:100]
         self._state = start.carried_state or LedgerState(ledger_id=self._ledger_id)
         self._recovery_error: str | None = None
         try:
@@ -140,7 +149,7 @@ class OperationLedgerWorkflow:
     # ------------------------------------------------------------ main loop
 
     @workflow.run
-    async def run(self, input: Any = None) -> dict[str, Any]:
+    async def run(self, input: RawValue = NO_INPUT) -> dict[str, Any]:
         """Pump until stopped; continue-as-new when history grows (L14)."""
         if self._input_error is not None:
             raise ApplicationError(self._input_error, type="InvalidLedgerInput", non_retryable=True)
@@ -427,7 +436,7 @@ class OperationLedgerWorkflow:
         token = self._parse_release(raw).token
         if token not in self._state.holds:
             raise _reject(
-                core.LedgerInputError(f"invalid release input: token {token!r} is not held")
+                core.LedgerInputError(f"invalid release input: token {token!r:.80} is not held")
             )
 
     @workflow.signal(name="release")
@@ -439,7 +448,7 @@ class OperationLedgerWorkflow:
             self._drop("release", error)
             return
         if not core.release(self._state, token):
-            self._drop("release", ValueError(f"token {token!r} is not held"))
+            self._drop("release", ValueError(f"token {token!r:.80} is not held"))
         self._wake = True
 
     def _parse_release(self, raw: Any) -> ReleaseInput:
@@ -610,8 +619,18 @@ class FrozenRequestWorkflow:
     """
 
     @workflow.run
-    async def run(self, input: FrozenRequestInput) -> dict[str, Any]:
+    async def run(self, input: Any) -> dict[str, Any]:
         """The loop; returns (and signals to the ledger) the final report."""
+        # Validated here, not by the converter: started by hand with a bad input, the request
+        # fails once, naming the field, instead of failing every workflow task.
+        try:
+            input = FrozenRequestInput.model_validate(input)
+        except ValidationError as error:
+            raise ApplicationError(
+                core.format_validation_error("FrozenRequest input", error),
+                type="InvalidFrozenRequestInput",
+                non_retryable=True,
+            ) from None
         request_id = str(input.request["id"])
         ledger = workflow.get_external_workflow_handle(ledger_workflow_id(input.ledger_id))
         if input.not_before is not None and input.not_before > _now_ms():

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from workflows.budget import STATE_BUDGET_BYTES
+from workflows.limits import MAX_JSON_DEPTH, json_depth
 from workflows.schedule.cron import NextOccurrence
 from workflows.schedule.models import (
     MAX_DELAY_MS,
@@ -112,7 +113,7 @@ def parse_backfill(raw: object, now_ms: int) -> tuple[int, int]:
     payload = _object("backfill", raw)
     unknown = sorted(set(payload) - {"start_at", "end_at"})
     if unknown:
-        raise InvalidRequest(f"backfill has unknown field(s) {unknown}")
+        raise InvalidRequest(f"backfill has unknown field(s) {unknown!r:.200}")
     start_at = _integer("backfill.start_at", payload.get("start_at"), MAX_SAFE_INTEGER)
     end_at = _integer("backfill.end_at", payload.get("end_at"), MAX_SAFE_INTEGER)
     if end_at <= start_at:
@@ -122,10 +123,12 @@ def parse_backfill(raw: object, now_ms: int) -> tuple[int, int]:
     return start_at, end_at
 
 
+# Messages show at most this much of a refused value (`{value!r:.200}`): a refusal carrying a
+# megabyte-long value would pass Temporal's payload limit and fail the workflow task.
 def _integer(name: str, value: object, maximum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
         kind = "safe integer" if maximum == MAX_SAFE_INTEGER else f"integer <= {maximum}"
-        raise InvalidRequest(f"{name} must be a non-negative {kind}, got {value!r}")
+        raise InvalidRequest(f"{name} must be a non-negative {kind}, got {value!r:.200}")
     return value
 
 
@@ -133,7 +136,7 @@ def _object(name: str, raw: object) -> dict[str, Any]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise InvalidRequest(f"{name} payload must be a JSON object, got {raw!r}")
+        raise InvalidRequest(f"{name} payload must be a JSON object, got {raw!r:.200}")
     return raw
 
 
@@ -142,10 +145,10 @@ def parse_set(raw: object, next_occurrence: NextOccurrence, now_ms: int) -> SetR
     payload = _object("set", raw)
     unknown = sorted(set(payload) - {"expression", "version", "jitter_ms", "params"})
     if unknown:
-        raise InvalidRequest(f"set has unknown field(s) {unknown}")
+        raise InvalidRequest(f"set has unknown field(s) {unknown!r:.200}")
     expression = payload.get("expression")
     if not isinstance(expression, str) or not expression.strip():
-        raise InvalidRequest(f"set.expression must be a non-empty string, got {expression!r}")
+        raise InvalidRequest(f"set.expression must be a non-empty string, got {expression!r:.200}")
     if len(expression) > MAX_EXPRESSION_LENGTH:
         raise InvalidRequest(
             f"set.expression is {len(expression)} characters, more than {MAX_EXPRESSION_LENGTH}"
@@ -162,7 +165,7 @@ def parse_set(raw: object, next_occurrence: NextOccurrence, now_ms: int) -> SetR
     if isinstance(raw_jitter, dict):
         if set(raw_jitter) != {"max_ms"}:
             raise InvalidRequest(
-                f"set.jitter_ms must be an integer or {{max_ms}}, got {raw_jitter!r}"
+                f"set.jitter_ms must be an integer or {{max_ms}}, got {raw_jitter!r:.200}"
             )
         jitter = JitterRange(
             max_ms=_integer("set.jitter_ms.max_ms", raw_jitter["max_ms"], MAX_DELAY_MS)
@@ -177,6 +180,9 @@ def parse_set(raw: object, next_occurrence: NextOccurrence, now_ms: int) -> SetR
         raise InvalidRequest(
             f"set.params is {size} bytes as JSON, more than the limit of {MAX_PARAMS_BYTES}"
         )
+    depth = json_depth(params)
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidRequest(f"set.params nests {depth} levels deep, more than {MAX_JSON_DEPTH}")
     return SetRequest(expression=expression, version=version, jitter_ms=jitter, params=params)
 
 
@@ -185,7 +191,7 @@ def parse_cancel(raw: object) -> CancelRequest:
     payload = _object("cancel", raw)
     unknown = sorted(set(payload) - {"version"})
     if unknown:
-        raise InvalidRequest(f"cancel has unknown field(s) {unknown}")
+        raise InvalidRequest(f"cancel has unknown field(s) {unknown!r:.200}")
     version = payload.get("version")
     if version is None:
         return CancelRequest()

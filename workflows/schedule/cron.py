@@ -54,6 +54,9 @@ _DURATION_PART = re.compile(r"(\d+)(ms|h|m|s)")
 # Cron search horizon: an expression that matches nothing within it (e.g. 30 February)
 # has no next occurrence.
 _MAX_YEARS = 50
+# The longest `@every`: the same horizon, so every next occurrence is a time that timers,
+# datetimes and search attributes can hold.
+MAX_EVERY_MS = 366 * 24 * 3_600_000 * _MAX_YEARS
 
 
 def parse_every(duration: str) -> int:
@@ -69,6 +72,11 @@ def parse_every(duration: str) -> int:
         raise ValueError(f"@every needs a duration like 1s, 500ms or 1h30m, got {duration!r}")
     if total <= 0:
         raise ValueError(f"@every duration must be positive, got {duration!r}")
+    if total > MAX_EVERY_MS:
+        raise ValueError(
+            f"@every duration must be at most {MAX_EVERY_MS // 3_600_000}h ({_MAX_YEARS} years), "
+            f"got {duration!r}"
+        )
     return total
 
 
@@ -86,8 +94,9 @@ def _zone(name: str) -> ZoneInfo:
     # that the workflow sandbox has wrapped, which datetime then rejects as a tzinfo.
     try:
         return ZoneInfo.no_cache(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"CRON_TZ names an unknown time zone, got {name!r}") from None
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        # OSError: a name that is a directory of the zone database ("America"), or too long.
+        raise ValueError(f"CRON_TZ names an unknown time zone, got {name!r:.100}") from None
 
 
 def _cron_fields(body: str) -> list[str]:

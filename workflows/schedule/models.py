@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from workflows.limits import MAX_INT32, ActivityName, TaskQueueName, WorkflowId
+
 MAX_DELAY_MS = 2**31 - 1
 MAX_SAFE_INTEGER = 2**53 - 1
 DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS = 2000
@@ -16,9 +18,9 @@ DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS = 2000
 class OutcomeRetries(BaseModel):
     """Retry policy of outcome delivery; `max_attempts` counts the first attempt."""
 
-    max_attempts: int = Field(10, ge=1)
+    max_attempts: int = Field(10, ge=1, le=MAX_INT32)
     initial_interval_ms: int = Field(1000, ge=1, le=MAX_DELAY_MS)
-    backoff_coefficient: float = Field(2.0, ge=1.0)
+    backoff_coefficient: float = Field(2.0, ge=1.0, allow_inf_nan=False)
     maximum_interval_ms: int = Field(60_000, ge=1, le=MAX_DELAY_MS)
 
     @model_validator(mode="after")
@@ -47,10 +49,12 @@ class ScheduleInput(BaseModel):
     run_heartbeat_timeout_ms: int | None = Field(None, ge=1, le=MAX_DELAY_MS)
     outcome_timeout_ms: int = Field(60_000, ge=1, le=MAX_DELAY_MS)
     outcome_retries: OutcomeRetries = Field(default_factory=OutcomeRetries)
-    run_activity: str = Field("run", min_length=1)
-    outcome_activity: str = Field("on_outcome", min_length=1)
-    lifecycle_activity: str | None = None
-    activity_task_queue: str | None = None
+    # Names Temporal accepts in a command (workflows.limits); object_id is checked by the
+    # workflow, which may take it from the workflow ID.
+    run_activity: ActivityName = "run"
+    outcome_activity: ActivityName = "on_outcome"
+    lifecycle_activity: ActivityName | None = None
+    activity_task_queue: TaskQueueName | None = None
     # Not part of the wire contract: continue-as-new once history has this many events
     # (None: when Temporal suggests it, or at DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS).
     continue_as_new_after_events: int | None = Field(None, ge=10)
@@ -120,7 +124,7 @@ class ScheduledRunInput(BaseModel):
     """Input of the `ScheduledRun` child workflow: its run and the schedule's settings."""
 
     run: ScheduledRunObject
-    schedule_workflow_id: str
+    schedule_workflow_id: WorkflowId
     settings: ScheduleInput
     # Acknowledge by completing (the schedule awaits this child) rather than by signal, unless
     # the schedule hands the run over before continuing as new. False for runs started by

@@ -10,7 +10,7 @@ Bring your own `next_occurrence` by subclassing (the run method must be redeclar
             return my_calendar.next(expression, after_ms)
 
         @workflow.run
-        async def run(self, input: RawValue = NO_INPUT) -> None:  # workflows.limits
+        async def run(self, input: RawValue = NO_INPUT) -> None:  # see workflows.start_input
             await super().run(input)
 
 and register it instead of `DurabilityScheduleWorkflow`.
@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import SANDBOXED, search_attributes
     from workflows.barrier import record_progress
     from workflows.handover import REPORT_BY_SIGNAL, hand_over
-    from workflows.limits import NO_INPUT, decode_start_input, id_problem
+    from workflows.limits import id_problem
     from workflows.schedule import cron
     from workflows.schedule.core import (
         InvalidRequest,
@@ -74,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
         lifecycle_span_attributes,
         run_workflow_id,
     )
+    from workflows.start_input import NO_INPUT, decode_start_input
 
 # Internal signals between a schedule and its runs (not part of the wire contract).
 RUN_SETTLED_SIGNAL = "durability.run_settled"
@@ -180,10 +181,7 @@ class DurabilityScheduleWorkflow:
         # cannot read would fail every workflow task; this way the schedule fails once.
         self._input_error: str | None = None
         try:
-            raw = input
-            if isinstance(raw, RawValue):  # a subclass's `run` may declare `Any`
-                raw = decode_start_input(workflow.payload_converter(), raw)
-            start = ScheduleWorkflowInput.model_validate(raw or {})
+            start = ScheduleWorkflowInput.model_validate(decode_start_input(input) or {})
         except (ValidationError, ValueError) as error:
             self._input_error = f"invalid DurabilitySchedule input: {error}"
             start = ScheduleWorkflowInput()
@@ -684,9 +682,19 @@ class ScheduledRunWorkflow:
         self._slot_wanted = True
 
     @workflow.run
-    async def run(self, input: ScheduledRunInput) -> ScheduledRunResult:
+    async def run(self, input: Any) -> ScheduledRunResult:
         """Run (S9, S10), settle, deliver the outcome at least once (S11), acknowledge."""
-        self._input = input
+        # Validated here, not by the converter: started by hand with a bad input, the run
+        # fails once, naming the field, instead of failing every workflow task.
+        try:
+            run_input = ScheduledRunInput.model_validate(input)
+        except ValidationError as error:
+            raise ApplicationError(
+                f"invalid ScheduledRun input: {error}",
+                type="InvalidScheduledRunInput",
+                non_retryable=True,
+            ) from None
+        self._input = input = run_input
         self._lifecycle = _Lifecycle(input.settings)
         self._emit("started")
         started = _now_ms()

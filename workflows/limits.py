@@ -1,0 +1,99 @@
+"""Temporal's own limits on what a workflow names in its commands (pure, shared by both models).
+
+The server refuses a command whose activity type, task queue or child workflow ID passes its
+limits, and a search attribute value over 2 KiB; a refused command fails the workflow task,
+and so does every retry of it. The start inputs are checked against these limits up front, so
+a bad one fails the workflow once, naming the field (`InvalidScheduleInput`,
+`InvalidLedgerInput`). See also `workflows.start_input`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
+
+# Temporal's default `limit.maxIDLength`: workflow IDs, activity types, task queue names.
+MAX_NAME_BYTES = 1000
+# An object or ledger ID as UTF-8: its children's workflow IDs (`schedule-run:<id>:<time>`,
+# `request:<id>:<uuid>`) stay under MAX_NAME_BYTES, its search attribute under 2 KiB.
+MAX_ID_BYTES = 900
+RESERVED_TASK_QUEUE_PREFIX = "/_sys/"
+# A RetryPolicy's `maximum_attempts` is an int32 in Temporal's protobuf.
+MAX_INT32 = 2**31 - 1
+
+# How deep user JSON (`set.params`, an operation's `payload`) may nest. The workflows carry it
+# a few levels deeper (run objects, continue-as-new inputs), and the Python SDK's converter
+# reads no JSON nested over 200 levels: a deeper value would be accepted, then unreadable.
+MAX_JSON_DEPTH = 64
+
+
+def utf8_bytes(value: str) -> int:
+    return len(value.encode("utf-8", "surrogatepass"))
+
+
+def json_depth(value: Any) -> int:
+    """How deeply `value` nests objects and arrays: 0 for a scalar, 1 for `{}` or `[1]`."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def id_problem(field: str, value: str) -> str | None:
+    """Why `value` cannot be an object or ledger ID, or None."""
+    size = utf8_bytes(value)
+    if size > MAX_ID_BYTES:
+        return f"{field} is {size} bytes as UTF-8, more than {MAX_ID_BYTES}"
+    return None
+
+
+def _activity_name(value: str) -> str:
+    if not value:
+        raise ValueError("must be a non-empty activity name")
+    size = utf8_bytes(value)
+    if size > MAX_NAME_BYTES:
+        raise ValueError(f"is {size} bytes as UTF-8, more than Temporal's {MAX_NAME_BYTES}")
+    return value
+
+
+def _task_queue(value: str) -> str:
+    size = utf8_bytes(value)
+    if size > MAX_NAME_BYTES:
+        raise ValueError(f"is {size} bytes as UTF-8, more than Temporal's {MAX_NAME_BYTES}")
+    if value.startswith(RESERVED_TASK_QUEUE_PREFIX):
+        raise ValueError(f"must not start with Temporal's reserved {RESERVED_TASK_QUEUE_PREFIX!r}")
+    return value
+
+
+def _bounded_id(value: str) -> str:
+    problem = id_problem("the ID", value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _workflow_id(value: str) -> str:
+    size = utf8_bytes(value)
+    if not value or size > MAX_NAME_BYTES:
+        raise ValueError(f"must be 1..{MAX_NAME_BYTES} bytes as UTF-8, got {size}")
+    return value
+
+
+# An activity type name: 1..MAX_NAME_BYTES bytes.
+ActivityName = Annotated[str, AfterValidator(_activity_name)]
+# A task queue name ("" is the workflow's own queue): at most MAX_NAME_BYTES bytes, not reserved.
+TaskQueueName = Annotated[str, AfterValidator(_task_queue)]
+# An object or ledger ID: at most MAX_ID_BYTES bytes.
+BoundedId = Annotated[str, AfterValidator(_bounded_id)]
+# A workflow ID: 1..MAX_NAME_BYTES bytes.
+WorkflowId = Annotated[str, AfterValidator(_workflow_id)]
