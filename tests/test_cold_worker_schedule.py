@@ -72,7 +72,7 @@ async def tick_while_busy(handle: WorkflowHandle[Any, Any], acts: ScheduleActivi
 
 async def settle_signal(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
     """A queued run waits for the only slot, held by a run whose outcome delivery is slow:
-    the schedule asks for the slot and the run frees it by signal (`run_settled`)."""
+    the run took the last free slot, so it frees it by signal (`run_settled`)."""
     await handle.execute_update(
         "set", {"expression": YEARLY, "version": 1, "params": {"outcome_failures": 1}}
     )

@@ -393,15 +393,15 @@ def test_max_queued_runs_zero_skips_a_tick_only_while_every_slot_is_busy() -> No
     assert isinstance(core.tick(3000), Run)
 
 
-def test_running_runs_are_asked_for_their_slots_only_while_a_queued_run_waits() -> None:
-    core = ScheduleCore(ScheduleState(), every, max_concurrent_runs=2)
+def test_only_a_run_that_takes_the_last_free_slot_frees_it_by_signal() -> None:
+    core = ScheduleCore(ScheduleState(), every, max_concurrent_runs=3)
     core.set(SetRequest(expression="every:1000", version=1), 0, lambda m: 0)
-    first, second = core.trigger(10), core.trigger(20)
-    core.take_startable()
-    assert core.runs_to_ask_for_slots() == []  # both slots held, nothing waits
-    core.trigger(30)
-    assert core.runs_to_ask_for_slots() == [first.scheduled_time, second.scheduled_time]
-    core.settle(first.scheduled_time, Outcome(status="complete"))  # its run stopped
-    assert core.runs_to_ask_for_slots() == []  # a slot is free: the queued run takes it
-    assert [run.scheduled_time for run in core.take_startable()] == [30]
-    assert core.runs_to_ask_for_slots() == []
+    core.trigger(10)
+    first = core.take_startable()
+    assert core.takes_last_slot(first) == [False]  # two slots stay free
+    for now in (20, 30, 40):
+        core.trigger(now)
+    started = core.take_startable()
+    assert [run.scheduled_time for run in started] == [20, 30]  # the third slot is the last
+    assert core.takes_last_slot(started) == [False, True]
+    assert core.takes_last_slot(core.take_startable()) == []  # 40 waits: nothing started

@@ -439,12 +439,14 @@ class ScheduleCore:
             run.attempt = 1
         return started
 
-    def runs_to_ask_for_slots(self) -> list[int]:
-        """When a queued run waits and every slot is held: the running runs, whose slots the
-        schedule asks back as soon as each run has stopped (its outcome may take longer)."""
-        if not self.queued_count() or self.running_count() < self.max_concurrent_runs:
-            return []
-        return sorted(t for t, run in self.state.runs.items() if run.state == RunStatus.RUNNING)
+    def takes_last_slot(self, started: list[Run]) -> list[bool]:
+        """For runs just taken by `take_startable` (in its order): whether each took the last
+        free slot. Such a run reports its end by signal as soon as it stops, so a slow
+        outcome delivery never holds a slot the next tick may need."""
+        running_before = self.running_count() - len(started)
+        return [
+            running_before + index + 1 >= self.max_concurrent_runs for index in range(len(started))
+        ]
 
     def settle(self, scheduled_time: int, outcome: Outcome) -> bool:
         """A running run stopped with `outcome`; frees its slot. False if unknown or settled."""

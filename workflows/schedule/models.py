@@ -130,6 +130,8 @@ class ScheduledRunInput(BaseModel):
     # the schedule hands the run over before continuing as new. False for runs started by
     # schedules from before this field, which await the `run_acknowledged` signal.
     acknowledge_by_completion: bool = False
+    # The run took its schedule's last free slot: signal `run_settled` as soon as it stops.
+    settle_by_signal: bool = False
 
 
 class RunSettled(BaseModel):

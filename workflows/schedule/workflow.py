@@ -79,9 +79,6 @@ with workflow.unsafe.imports_passed_through():
 # Internal signals between a schedule and its runs (not part of the wire contract).
 RUN_SETTLED_SIGNAL = "durability.run_settled"
 RUN_ACKNOWLEDGED_SIGNAL = "durability.run_acknowledged"
-# Schedule -> run: a queued run waits for your slot; signal `run_settled` once the run has
-# stopped instead of leaving it to your completion, which waits for the outcome's delivery.
-SLOT_WANTED_SIGNAL = "durability.slot_wanted"
 # Schedules that recorded this patch (histories from before it carry no marker):
 # - start runs with `acknowledge_by_completion`: a run's completion is its acknowledgement
 #   and its outcome delivery overlaps the `run_settled` signal; the schedule hands its runs
@@ -204,10 +201,6 @@ class DurabilityScheduleWorkflow:
         )
         self._lifecycle = _Lifecycle(self._settings)
         self._starts: set[asyncio.Task[None]] = set()
-        self._starting: set[int] = set()
-        # Running runs asked for their slot (SLOT_WANTED_SIGNAL), and the signals in flight.
-        self._asked: set[int] = set()
-        self._asks: set[asyncio.Task[None]] = set()
         # While draining before continue-as-new: the history length at which to stop waiting.
         self._drain_ends_at: int | None = None
         # Runs started by this run of the workflow, awaited to their completion (the ack).
@@ -258,10 +251,7 @@ class DurabilityScheduleWorkflow:
                 timer_fired = True
         await workflow.wait_condition(
             lambda: (
-                not self._starts
-                and not self._asks
-                and not self._lifecycle.tasks
-                and workflow.all_handlers_finished()
+                not self._starts and not self._lifecycle.tasks and workflow.all_handlers_finished()
             )
         )
         if self._watches and workflow.patched(SCHEDULE_PATCH):
@@ -283,38 +273,13 @@ class DurabilityScheduleWorkflow:
             self._emit_event(due.scheduled_time, "skipped", now, reason=due.reason)
         elif due is not None:
             self._emit(due, "due", now, queued=due not in startable)
-        for run in startable:
-            self._starting.add(run.scheduled_time)
-            task = asyncio.create_task(self._start_run(run))
+        # A run that leaves slots free reports once, by completing (no signal action).
+        for run, last_slot in zip(startable, self._core.takes_last_slot(startable), strict=True):
+            task = asyncio.create_task(self._start_run(run, settle_by_signal=last_slot))
             self._starts.add(task)
             task.add_done_callback(self._starts.discard)
-        if start_runs:
-            self._ask_for_slots()
         self._publish()
         return bool(startable)
-
-    def _ask_for_slots(self) -> None:
-        """A queued run waits and every slot is held: ask each running run to report as soon
-        as it stops, so its slot does not wait for its outcome's delivery. Costs two signals
-        per run, and only under contention; an uncontended run reports once, by completing."""
-        running = self._core.runs_to_ask_for_slots()
-        self._asked &= set(running)
-        for scheduled_time in running:
-            if scheduled_time in self._asked or scheduled_time in self._starting:
-                # A run whose child is still starting is asked once it has started.
-                continue
-            self._asked.add(scheduled_time)
-            task = asyncio.create_task(self._ask_for_slot(scheduled_time))
-            self._asks.add(task)
-            task.add_done_callback(self._asks.discard)
-
-    async def _ask_for_slot(self, scheduled_time: int) -> None:
-        run_id = run_workflow_id(self._object_id, scheduled_time)
-        try:
-            await workflow.get_external_workflow_handle(run_id).signal(SLOT_WANTED_SIGNAL)
-        except FailureError as error:
-            # The run already closed: its completion (or acknowledgement) frees the slot.
-            workflow.logger.debug("run %s took no slot request: %s", run_id, error)
 
     def _woken(self) -> bool:
         return self._dirty or self._should_continue_as_new()
@@ -334,7 +299,6 @@ class DurabilityScheduleWorkflow:
         run of the workflow is pending: a continue-as-new now races no event."""
         return (
             not self._starts
-            and not self._asks
             and not self._lifecycle.tasks
             and all(run.state == RunStatus.QUEUED for run in self._core.state.runs.values())
         )
@@ -356,7 +320,7 @@ class DurabilityScheduleWorkflow:
         key = idempotency_key(self._object_id, scheduled_time)
         self._lifecycle.emit(lifecycle_event(event_type, key, scheduled_time, now, **fields))
 
-    async def _start_run(self, run: Run) -> None:
+    async def _start_run(self, run: Run, settle_by_signal: bool) -> None:
         run_input = ScheduledRunInput(
             run=ScheduledRunObject(
                 object_id=self._object_id,
@@ -368,6 +332,7 @@ class DurabilityScheduleWorkflow:
             schedule_workflow_id=workflow.info().workflow_id,
             settings=self._settings,
             acknowledge_by_completion=workflow.patched(SCHEDULE_PATCH),
+            settle_by_signal=settle_by_signal,
         )
         try:
             handle = await workflow.start_child_workflow(
@@ -381,9 +346,6 @@ class DurabilityScheduleWorkflow:
             watch = asyncio.create_task(self._watch_run(run.scheduled_time, handle))
             self._watches[run.scheduled_time] = watch
             watch.add_done_callback(lambda _: self._watches.pop(run.scheduled_time, None))
-            self._starting.discard(run.scheduled_time)
-            if self._drain_ends_at is None:
-                self._ask_for_slots()
         except WorkflowAlreadyStartedError:
             # At most once (S6): this run already exists (e.g. after a reset); it reports.
             workflow.logger.warning(
@@ -394,8 +356,6 @@ class DurabilityScheduleWorkflow:
             self._core.forget(run.scheduled_time)
             self._dirty = True
             self._record_progress(refused=run.scheduled_time)
-        finally:
-            self._starting.discard(run.scheduled_time)
 
     async def _watch_run(
         self,
@@ -669,17 +629,11 @@ class ScheduledRunWorkflow:
 
     def __init__(self) -> None:
         self._report_by_signal = False
-        self._slot_wanted = False
 
     @workflow.signal(name=REPORT_BY_SIGNAL)
     def report_by_signal(self) -> None:
         """The schedule continued as new: report by signal, not by completing."""
         self._report_by_signal = True
-
-    @workflow.signal(name=SLOT_WANTED_SIGNAL)
-    def slot_wanted(self) -> None:
-        """A queued run waits for this run's slot: free it as soon as the run has stopped."""
-        self._slot_wanted = True
 
     @workflow.run
     async def run(self, input: Any) -> ScheduledRunResult:
@@ -715,13 +669,14 @@ class ScheduledRunWorkflow:
             return ScheduledRunResult(
                 outcome=outcome, delivered=dead_letter is None, dead_letter_error=dead_letter
             )
-        # The completion reports the run's end and its outcome's delivery at once, unless the
-        # schedule wants the slot back first (a queued run waits) or no longer watches this
-        # run (it continued as new): then the run's end is signalled as soon as it is known.
+        # The completion reports the run's end and its outcome's delivery at once, unless
+        # this run took its schedule's last free slot (`settle_by_signal`) or the schedule no
+        # longer watches it (it continued as new): then the run's end is signalled as soon as
+        # it is known. The schedule never signals a run that may be completing (only the rare
+        # hand-over does), so nothing races this run's completion.
         delivery = asyncio.create_task(self._deliver(outcome))
-        await workflow.wait_condition(
-            lambda: delivery.done() or self._slot_wanted or self._report_by_signal
-        )
+        if not input.settle_by_signal:
+            await workflow.wait_condition(lambda: delivery.done() or self._report_by_signal)
         if not delivery.done():
             await self._signal_schedule(RUN_SETTLED_SIGNAL, settled_signal)
         dead_letter = await delivery
