@@ -26,9 +26,20 @@ browser:
 # dclint (compose-spec schema + lint) for tests/test_compose.py, pinned, into .tools/.
 DCLINT_VERSION := 3.1.0
 DCLINT := .tools/node_modules/.bin/dclint
-tools: $(DCLINT)
+# The TypeScript caller for tests/test_typescript_caller.py: installed from its lock (versions
+# pinned in examples/typescript/package.json) and compiled with its own tsc into dist/.
+TS_EXAMPLE := examples/typescript
+TS_INSTALLED := $(TS_EXAMPLE)/node_modules/.installed
+TS_DEMO := $(TS_EXAMPLE)/dist/demo.js
+tools: $(DCLINT) $(TS_DEMO)
 $(DCLINT):
 	npm install --silent --no-audit --no-fund --prefix .tools dclint@$(DCLINT_VERSION)
+$(TS_INSTALLED): $(TS_EXAMPLE)/package.json $(TS_EXAMPLE)/package-lock.json
+	npm ci --prefix $(TS_EXAMPLE) --no-audit --no-fund --silent
+	touch $@
+$(TS_DEMO): $(TS_INSTALLED) $(TS_EXAMPLE)/tsconfig.json $(wildcard $(TS_EXAMPLE)/src/*.ts)
+	$(TS_EXAMPLE)/node_modules/.bin/tsc -p $(TS_EXAMPLE)/tsconfig.json
+	touch $@
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
