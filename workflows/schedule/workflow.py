@@ -599,7 +599,7 @@ class DurabilityScheduleWorkflow:
 
     @workflow.query(name="paused")
     def paused(self) -> bool:
-        """Whether ticks are paused (not part of the seed's wire contract)."""
+        """Whether ticks are paused (an addition to the seed's contract, docs/contract.md)."""
         return self._core.state.paused
 
     @workflow.query(name="get")
@@ -614,12 +614,12 @@ class DurabilityScheduleWorkflow:
 
     @workflow.query(name="skipped_ticks")
     def skipped_ticks(self) -> int:
-        """Ticks not run because the queue was full (not part of the wire contract)."""
+        """Ticks skipped: queue full, overlap policy or state budget (docs/contract.md)."""
         return self._core.state.skipped_ticks
 
     @workflow.query(name="dropped_signals")
     def dropped_signals(self) -> int:
-        """How many malformed signals were dropped (not part of the wire contract)."""
+        """How many malformed signals were dropped (docs/contract.md)."""
         return self._core.state.dropped_signals
 
 
