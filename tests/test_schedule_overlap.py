@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client
 
 from tests.helpers import eventually, temporal
 from tests.test_schedule_workflow import Recorder, runs_of, schedule_worker
@@ -68,20 +68,3 @@ async def test_ticks_while_every_slot_is_busy_follow_the_overlap_policy(
     assert len(started) == 1 + waiting  # the running run, then the one that waited (if any)
     assert len(set(started)) == len(started) and not skipped & set(started)  # S6
     assert sorted(run["scheduled_time"] for run, _, _ in recorder.delivered()) == sorted(started)
-
-
-async def test_an_unknown_overlap_fails_the_schedule_once_naming_the_field(
-    client: Client, task_queue: str, unique: str
-) -> None:
-    recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await client.start_workflow(
-            "DurabilitySchedule",
-            {"overlap": "sometimes"},
-            id=f"schedule:overlap-bad-{unique}",
-            task_queue=task_queue,
-        )
-        with pytest.raises(WorkflowFailureError) as failed:
-            await handle.result()
-    cause = str(failed.value.cause)
-    assert "overlap" in cause and "sometimes" in cause, cause

@@ -59,7 +59,11 @@ async def test_an_invalid_start_input_fails_the_schedule_once_naming_the_field(
     async with schedule_worker(client, task_queue, recorder):
         handle = await client.start_workflow(
             "DurabilitySchedule",
-            {"max_concurrent_runs": 0, "outcome_retries": {"max_attempts": 0}},
+            {
+                "max_concurrent_runs": 0,
+                "outcome_retries": {"max_attempts": 0},
+                "overlap": "sometimes",
+            },
             id=f"schedule:{unique}",
             task_queue=task_queue,
         )
@@ -68,7 +72,8 @@ async def test_an_invalid_start_input_fails_the_schedule_once_naming_the_field(
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError)
     assert (cause.type, cause.non_retryable) == ("InvalidScheduleInput", True)
-    assert "max_concurrent_runs" in cause.message and "max_attempts" in cause.message
+    for named in ("max_concurrent_runs", "max_attempts", "overlap", "sometimes"):
+        assert named in cause.message, (named, cause.message)
     kinds = await event_kinds(client, handle.id)
     assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds  # failed once, not retried
     assert kinds[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED
