@@ -7,7 +7,6 @@ the workflow task completion that starts the request, before it.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from typing import Any
 
@@ -18,7 +17,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 
 from activities.ledger import compile_passthrough, ledger_activities
-from tests.helpers import CACHE_SIZE_ENV, eventually
+from tests.helpers import eventually
 from tests.test_ledger_support import intent, ledger_worker, operations, recording_server
 from tests.test_ledger_workflow import enqueue, http_input, record_history, start_ledger
 
@@ -86,7 +85,9 @@ async def test_compile_outcomes_and_where_the_local_compile_is_recorded(
         return
     assert "activity_task_scheduled_event_attributes" not in kinds
     # L6: each request's compile marker (its result names the request) is recorded before the
-    # start command of its child; a cached worker records both in one workflow task.
+    # start command of its child. (Often in the same workflow task, but not always: a local
+    # activity that outlasts most of the task timeout, e.g. in retry backoff on a loaded
+    # machine, makes the SDK complete the task early and start the child in a later one.)
     markers = [
         e
         for e in events
@@ -110,6 +111,3 @@ async def test_compile_outcomes_and_where_the_local_compile_is_recorded(
             )
         ]
         assert recorded, start
-        if CACHE_SIZE_ENV not in os.environ:
-            task = recorded[0].marker_recorded_event_attributes.workflow_task_completed_event_id
-            assert task == initiated.workflow_task_completed_event_id, start
