@@ -137,6 +137,25 @@ def show_backfill(result: Any) -> str:
     return table(("recorded scheduled_time",), [(iso(t),) for t in result["recorded"]])
 
 
+async def schedule_dead_letters(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return await client.dead_letters(args.object_id)
+
+
+async def schedule_redeliver(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return {"redelivering": await client.redeliver(args.object_id, args.idempotency_key)}
+
+
+def show_dead_letters(result: Any) -> str:
+    if not result:
+        return "no dead letters"
+    rows = [
+        (d["idempotency_key"], iso(d["scheduled_time"]), d["outcome"]["status"],
+         f"{d['error']['name']}: {d['error']['message']}", d["redelivering"])
+        for d in result
+    ]  # fmt: skip
+    return table(("idempotency_key", "scheduled_time", "outcome", "error", "redelivering"), rows)
+
+
 async def schedule_list(client: DurabilityClient, args: argparse.Namespace) -> Any:
     return await client.list_schedules(args.query, args.limit)
 
@@ -353,6 +372,14 @@ def build_parser() -> argparse.ArgumentParser:
         cmd = schedule.add_parser(name, help=text)
         cmd.add_argument("object_id")
         cmd.set_defaults(run=run, show=show)
+
+    cmd = schedule.add_parser("dead-letters", help="outcomes whose delivery was given up")
+    cmd.add_argument("object_id")
+    cmd.set_defaults(run=schedule_dead_letters, show=show_dead_letters)
+    cmd = schedule.add_parser("redeliver", help="deliver a dead-lettered outcome again")
+    cmd.add_argument("object_id")
+    cmd.add_argument("idempotency_key", help="the dead letter's key: <object_id>:<time>")
+    cmd.set_defaults(run=schedule_redeliver, show=show_fields)
 
     cmd = schedule.add_parser("backfill", help="record runs for a past range [start, end)")
     cmd.add_argument("object_id")

@@ -271,6 +271,24 @@ class DurabilityClient:
         )
         return scheduled_time
 
+    async def dead_letters(self, object_id: str) -> list[dict[str, Any]]:
+        """Outcomes whose delivery was given up (kept up to `max_dead_letters`)."""
+        letters: list[dict[str, Any]] = await self._query(
+            schedule_workflow_id(object_id), "dead_letters"
+        )
+        return letters
+
+    async def redeliver(self, object_id: str, idempotency_key: str) -> bool:
+        """Deliver a dead-lettered outcome again (same key, same retry policy); the letter
+        leaves `dead_letters` once delivered."""
+        started: bool = await self._update(
+            schedule_workflow_id(object_id),
+            "redeliver",
+            {"idempotency_key": idempotency_key},
+            bool,
+        )
+        return started
+
     async def backfill_schedule(self, object_id: str, start_at: int, end_at: int) -> list[int]:
         """Record runs for the expression's occurrences in [start_at, end_at) (epoch ms)."""
         times: list[int] = await self._update(

@@ -19,10 +19,11 @@ from workflows.schedule.core import (
     Skipped,
     checked_next,
     parse_cancel,
+    parse_redeliver,
     parse_set,
 )
 from workflows.schedule.cron import next_occurrence
-from workflows.schedule.models import JitterRange, Outcome, RunStatus, SetRequest
+from workflows.schedule.models import JitterRange, Outcome, RunError, RunStatus, SetRequest
 
 
 def every(expression: str, after_ms: int) -> int | None:
@@ -405,3 +406,52 @@ def test_only_a_run_that_takes_the_last_free_slot_frees_it_by_signal() -> None:
     assert [run.scheduled_time for run in started] == [20, 30]  # the third slot is the last
     assert core.takes_last_slot(started) == [False, True]
     assert core.takes_last_slot(core.take_startable()) == []  # 40 waits: nothing started
+
+
+def test_dead_letters_keep_the_newest_up_to_the_bound_and_leave_once_redelivered() -> None:
+    core = ScheduleCore(ScheduleState(), every, max_concurrent_runs=3, max_dead_letters=2)
+    core.set(SetRequest(expression="every:1000", version=1, params={"p": 1}), 0, lambda m: 0)
+    failed = RunError(name="Down", message="receiver down")
+    done = Outcome(status="complete")
+    for now in (10, 20, 30):
+        core.trigger(now)
+        core.record_dead_letter(now, f"o:{now}", done, failed)
+        core.forget(now)
+    assert [d.scheduled_time for d in core.state.dead_letters] == [20, 30]
+    assert core.state.dead_letters_dropped == 1
+    assert core.state.dead_letters[0].params == {"p": 1}
+    with pytest.raises(InvalidRequest, match=r"redeliver\.idempotency_key has no dead letter"):
+        core.redeliverable("o:10")
+    letter = core.redeliverable("o:20")
+    letter.redelivering = True
+    with pytest.raises(InvalidRequest, match="already being redelivered"):
+        core.redeliverable("o:20")
+    again = RunError(name="Down", message="still down")
+    core.redelivered("o:20", again)  # failed again: kept, with the new error, re-drivable
+    assert core.redeliverable("o:20").error == again
+    core.redelivered("o:20", None)  # delivered: leaves the list
+    assert [d.idempotency_key for d in core.state.dead_letters] == ["o:30"]
+    assert ScheduleState.model_validate_json(core.state.model_dump_json()) == core.state
+
+
+def test_no_dead_letter_is_kept_with_max_dead_letters_zero() -> None:
+    core = ScheduleCore(ScheduleState(), every, max_concurrent_runs=1, max_dead_letters=0)
+    core.set(SetRequest(expression="every:1000", version=1), 0, lambda m: 0)
+    core.trigger(10)
+    core.record_dead_letter(10, "o:10", Outcome(status="complete"), RunError(name="X", message="x"))
+    assert core.state.dead_letters == [] and core.state.dead_letters_dropped == 1
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ("o:1", "redeliver payload must be a JSON object"),
+        ({}, "redeliver.idempotency_key must be a non-empty string, got 'None'"),
+        ({"idempotency_key": 7}, "redeliver.idempotency_key must be a non-empty string, got '7'"),
+        ({"idempotency_key": "k", "x": 1}, "redeliver has unknown field(s) ['x']"),
+    ],
+)
+def test_a_malformed_redeliver_is_refused_naming_the_field(payload: object, message: str) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse_redeliver(payload)
+    assert message in str(refused.value)

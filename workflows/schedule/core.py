@@ -73,6 +73,21 @@ class Run(BaseModel):
         )
 
 
+class DeadLetter(BaseModel):
+    """A run's outcome whose delivery was given up, kept so a user can see and re-drive it."""
+
+    scheduled_time: int
+    due_at: int
+    idempotency_key: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    outcome: Outcome
+    error: RunError
+    redelivering: bool = False
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude={"params"})
+
+
 class ScheduleState(BaseModel):
     """Everything the schedule carries across continue-as-new."""
 
@@ -83,6 +98,9 @@ class ScheduleState(BaseModel):
     paused: bool = False
     # Ticks not run because the queue was full or the state at its budget.
     skipped_ticks: int = 0
+    # Outcomes whose delivery gave up (S11), newest last, for `dead_letters` / `redeliver`.
+    dead_letters: list[DeadLetter] = Field(default_factory=list)
+    dead_letters_dropped: int = 0
 
 
 # `set.params` as JSON; every run carries the params of the version it ran under.
@@ -106,6 +124,20 @@ class Skipped:
 
 
 MAX_BACKFILL_RUNS = 100
+
+
+def parse_redeliver(raw: object) -> str:
+    """`redeliver {"idempotency_key": str}` -> the key; InvalidRequest naming the field."""
+    payload = _object("redeliver", raw)
+    unknown = sorted(set(payload) - {"idempotency_key"})
+    if unknown:
+        raise InvalidRequest(f"redeliver has unknown field(s) {unknown}")
+    key = payload.get("idempotency_key")
+    if not isinstance(key, str) or not key:
+        raise InvalidRequest(
+            f"redeliver.idempotency_key must be a non-empty string, got {str(key)[:200]!r}"
+        )
+    return key
 
 
 def parse_backfill(raw: object, now_ms: int) -> tuple[int, int]:
@@ -221,6 +253,7 @@ class ScheduleCore:
         max_concurrent_runs: int,
         max_queued_runs: int = 100,
         overlap: str = "queue",
+        max_dead_letters: int = 10,
     ) -> None:
         self.state = state
         self.next_occurrence = next_occurrence
@@ -229,6 +262,7 @@ class ScheduleCore:
         self.max_queued_runs = max_queued_runs if limit is None else min(limit, max_queued_runs)
         self.full_reason = QUEUE_FULL if limit is None else OVERLAP
         self.overlap = overlap
+        self.max_dead_letters = max_dead_letters
 
     # --- bounds (the queue and the carried state) ---
 
@@ -456,6 +490,60 @@ class ScheduleCore:
         run.state = RunStatus.COMPLETE if outcome.status == "complete" else RunStatus.ERRORED
         run.error = outcome.error
         return True
+
+    # --- dead letters (beyond the seed: S11's dead-lettered outcomes, seen and re-driven) ---
+
+    def record_dead_letter(
+        self, scheduled_time: int, idempotency_key: str, outcome: Outcome, error: RunError
+    ) -> None:
+        """Keep a dead-lettered outcome (call before `forget`); the oldest beyond
+        `max_dead_letters` is dropped and counted."""
+        run = self.state.runs.get(scheduled_time)
+        if run is None or self.max_dead_letters == 0:
+            self.state.dead_letters_dropped += 1
+            return
+        self.state.dead_letters = [
+            d for d in self.state.dead_letters if d.scheduled_time != scheduled_time
+        ]
+        self.state.dead_letters.append(
+            DeadLetter(
+                scheduled_time=scheduled_time,
+                due_at=run.due_at,
+                idempotency_key=idempotency_key,
+                params=run.params,
+                outcome=outcome,
+                error=error,
+            )
+        )
+        excess = len(self.state.dead_letters) - self.max_dead_letters
+        if excess > 0:
+            del self.state.dead_letters[:excess]
+            self.state.dead_letters_dropped += excess
+
+    def redeliverable(self, idempotency_key: str) -> DeadLetter:
+        """The dead letter to deliver again; InvalidRequest naming the key when there is
+        none or its redelivery is already going on."""
+        for letter in self.state.dead_letters:
+            if letter.idempotency_key == idempotency_key:
+                if letter.redelivering:
+                    raise InvalidRequest(
+                        f"redeliver.idempotency_key {idempotency_key[:200]!r} is already "
+                        "being redelivered"
+                    )
+                return letter
+        raise InvalidRequest(
+            f"redeliver.idempotency_key has no dead letter, got {idempotency_key[:200]!r}"
+        )
+
+    def redelivered(self, idempotency_key: str, error: RunError | None) -> None:
+        """A redelivery ended: delivered (None) leaves the list; failed keeps it, with the
+        new error, ready to be redelivered again."""
+        for letter in list(self.state.dead_letters):
+            if letter.idempotency_key == idempotency_key:
+                if error is None:
+                    self.state.dead_letters.remove(letter)
+                else:
+                    letter.redelivering, letter.error = False, error
 
     def forget(self, scheduled_time: int) -> bool:
         """The run's outcome was acknowledged or dead-lettered: drop it."""

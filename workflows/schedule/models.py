@@ -41,6 +41,9 @@ class ScheduleInput(BaseModel):
     # Runs waiting for a slot; a tick that finds the queue full is skipped (never run), with
     # a `skipped` lifecycle event. 0: a tick that finds every slot busy is skipped.
     max_queued_runs: int = Field(100, ge=0, le=1000)
+    # Dead-lettered outcomes kept for the `dead_letters` query and `redeliver` (oldest
+    # dropped first); each carries its run's params, so the bound keeps the state small.
+    max_dead_letters: int = Field(10, ge=0, le=20)
     # What a tick does when every slot is busy: "queue" waits in the durable queue (up to
     # max_queued_runs), "skip" is skipped at once (native Schedules' default), "buffer_one"
     # waits only if no other run does (APScheduler-like coalescing); see OVERLAP_QUEUE_LIMIT.
@@ -146,6 +149,9 @@ class RunAcknowledged(BaseModel):
 
     scheduled_time: int
     dead_lettered: bool = False
+    # The run's outcome and why its delivery failed, when dead-lettered.
+    outcome: Outcome | None = None
+    dead_letter_error: RunError | None = None
 
 
 class ScheduledRunResult(BaseModel):

@@ -19,6 +19,7 @@ and register it instead of `DurabilityScheduleWorkflow`.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -46,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.limits import id_problem
     from workflows.schedule import cron
     from workflows.schedule.core import (
+        DeadLetter,
         InvalidRequest,
         Run,
         ScheduleCore,
@@ -53,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         Skipped,
         parse_backfill,
         parse_cancel,
+        parse_redeliver,
         parse_set,
     )
     from workflows.schedule.models import (
@@ -198,9 +201,11 @@ class DurabilityScheduleWorkflow:
             self._settings.max_concurrent_runs,
             self._settings.max_queued_runs,
             self._settings.overlap,
+            self._settings.max_dead_letters,
         )
         self._lifecycle = _Lifecycle(self._settings)
         self._starts: set[asyncio.Task[None]] = set()
+        self._redeliveries: set[asyncio.Task[None]] = set()
         # While draining before continue-as-new: the history length at which to stop waiting.
         self._drain_ends_at: int | None = None
         # Runs started by this run of the workflow, awaited to their completion (the ack).
@@ -299,6 +304,7 @@ class DurabilityScheduleWorkflow:
         run of the workflow is pending: a continue-as-new now races no event."""
         return (
             not self._starts
+            and not self._redeliveries
             and not self._lifecycle.tasks
             and all(run.state == RunStatus.QUEUED for run in self._core.state.runs.values())
         )
@@ -375,6 +381,13 @@ class DurabilityScheduleWorkflow:
                 delivered=False,
             )
         self._settle(scheduled_time, result.outcome)
+        if result.dead_letter_error is not None:
+            self._core.record_dead_letter(
+                scheduled_time,
+                idempotency_key(self._object_id, scheduled_time),
+                result.outcome,
+                result.dead_letter_error,
+            )
         self._acknowledge(scheduled_time)
         # A run's end frees a slot and forgets the run: decision state. See workflows.barrier.
         self._record_progress(acknowledged=scheduled_time)
@@ -530,6 +543,13 @@ class DurabilityScheduleWorkflow:
     @workflow.signal(name=RUN_ACKNOWLEDGED_SIGNAL)
     def run_acknowledged(self, acknowledged: RunAcknowledged) -> None:
         """A run's outcome was delivered (or dead-lettered): forget the run."""
+        if acknowledged.outcome is not None and acknowledged.dead_letter_error is not None:
+            self._core.record_dead_letter(
+                acknowledged.scheduled_time,
+                idempotency_key(self._object_id, acknowledged.scheduled_time),
+                acknowledged.outcome,
+                acknowledged.dead_letter_error,
+            )
         self._acknowledge(acknowledged.scheduled_time)
 
     def _acknowledge(self, scheduled_time: int) -> None:
@@ -617,6 +637,44 @@ class DurabilityScheduleWorkflow:
         """Ticks skipped: queue full, overlap policy or state budget (docs/contract.md)."""
         return self._core.state.skipped_ticks
 
+    @workflow.query(name="dead_letters")
+    def dead_letters(self) -> list[dict[str, Any]]:
+        """Outcomes whose delivery was given up, oldest first (docs/contract.md)."""
+        return [letter.wire() for letter in self._core.state.dead_letters]
+
+    @workflow.update(name="redeliver")
+    def redeliver(self, raw: Any = None) -> bool:
+        """Deliver a dead-lettered outcome again, as it was, under the same retry policy;
+        returns at once (true); the letter leaves `dead_letters` once delivered."""
+        letter = self._core.redeliverable(parse_redeliver(raw))
+        letter.redelivering = True
+        task = asyncio.create_task(self._redeliver(letter))
+        self._redeliveries.add(task)
+        task.add_done_callback(self._redeliveries.discard)
+        return True
+
+    @redeliver.validator
+    def validate_redeliver(self, raw: Any = None) -> None:
+        """Reject a key with no dead letter, or one being redelivered."""
+        try:
+            self._core.redeliverable(parse_redeliver(raw))
+        except InvalidRequest as error:
+            raise _reject(error) from None
+
+    async def _redeliver(self, letter: DeadLetter) -> None:
+        run = ScheduledRunObject(
+            object_id=self._object_id,
+            scheduled_time=letter.scheduled_time,
+            due_at=letter.due_at,
+            idempotency_key=letter.idempotency_key,
+            params=letter.params,
+        )
+        error = await deliver_outcome(self._settings, run, letter.outcome)
+        self._core.redelivered(letter.idempotency_key, error)
+        # The letter left the list (or may be redelivered again): a `redeliver` validator
+        # decides on it, so this completion's task sends a command. See workflows.barrier.
+        self._record_progress(redelivered=letter.scheduled_time)
+
     @workflow.query(name="dropped_signals")
     def dropped_signals(self) -> int:
         """How many malformed signals were dropped (docs/contract.md)."""
@@ -663,8 +721,10 @@ class ScheduledRunWorkflow:
         acknowledged = RunAcknowledged(scheduled_time=input.run.scheduled_time)
         if not (input.acknowledge_by_completion and workflow.patched(RUN_PATCH)):
             await self._signal_schedule(RUN_SETTLED_SIGNAL, settled_signal)
-            acknowledged.dead_lettered = (dead_letter := await self._deliver(outcome)) is not None
-            await self._signal_schedule(RUN_ACKNOWLEDGED_SIGNAL, acknowledged)
+            dead_letter = await self._deliver(outcome)
+            await self._signal_schedule(
+                RUN_ACKNOWLEDGED_SIGNAL, _acknowledgement(acknowledged, outcome, dead_letter)
+            )
             await self._lifecycle.drain()
             return ScheduledRunResult(
                 outcome=outcome, delivered=dead_letter is None, dead_letter_error=dead_letter
@@ -684,8 +744,9 @@ class ScheduledRunWorkflow:
         # No await between this check and returning: a hand-over signal that lands while this
         # task completes makes Temporal reject the completion, and the retried task sees it.
         if self._report_by_signal:
-            acknowledged.dead_lettered = dead_letter is not None
-            await self._signal_schedule(RUN_ACKNOWLEDGED_SIGNAL, acknowledged)
+            await self._signal_schedule(
+                RUN_ACKNOWLEDGED_SIGNAL, _acknowledgement(acknowledged, outcome, dead_letter)
+            )
         return ScheduledRunResult(
             outcome=outcome, delivered=dead_letter is None, dead_letter_error=dead_letter
         )
@@ -745,38 +806,7 @@ class ScheduledRunWorkflow:
         return _errored_from(failure)
 
     async def _deliver(self, outcome: Outcome) -> RunError | None:
-        settings = self._input.settings
-        retries = settings.outcome_retries
-        try:
-            await workflow.execute_activity(
-                settings.outcome_activity,
-                args=[self._input.run, outcome.wire()],
-                task_queue=settings.activity_task_queue,
-                start_to_close_timeout=timedelta(milliseconds=settings.outcome_timeout_ms),
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(milliseconds=retries.initial_interval_ms),
-                    backoff_coefficient=retries.backoff_coefficient,
-                    maximum_interval=timedelta(milliseconds=retries.maximum_interval_ms),
-                    maximum_attempts=retries.max_attempts,
-                ),
-                summary=f"outcome {self._input.run.idempotency_key}",
-            )
-            return None
-        except ActivityError as failure:
-            error = _error_of(failure.cause, timeout_name=OUTCOME_TIMEOUT_ERROR)
-            attempt = (
-                retries.max_attempts
-                if failure.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED
-                else 0
-            )
-            workflow.logger.error(
-                "dead-lettered the outcome of run %s after %s attempt(s): %s",
-                self._input.run.idempotency_key,
-                attempt or "unknown",
-                error.message,
-            )
-            self._emit("dead_lettered", attempt=attempt, error=error.model_dump())
-            return error
+        return await deliver_outcome(self._input.settings, self._input.run, outcome, self._emit)
 
     async def _signal_schedule(self, signal: str, payload: RunSettled | RunAcknowledged) -> None:
         handle = workflow.get_external_workflow_handle(self._input.schedule_workflow_id)
@@ -785,6 +815,60 @@ class ScheduledRunWorkflow:
         except (FailureError, ApplicationError) as error:
             # The schedule is gone (terminated); the run still delivers its outcome.
             workflow.logger.warning("could not signal %s to the schedule: %s", signal, error)
+
+
+def _acknowledgement(
+    acknowledged: RunAcknowledged, outcome: Outcome, dead_letter: RunError | None
+) -> RunAcknowledged:
+    """The `run_acknowledged` signal: with the outcome and its error when dead-lettered, so
+    the schedule can keep it for `dead_letters` / `redeliver`."""
+    if dead_letter is None:
+        return acknowledged
+    return acknowledged.model_copy(
+        update={"dead_lettered": True, "outcome": outcome, "dead_letter_error": dead_letter}
+    )
+
+
+async def deliver_outcome(
+    settings: ScheduleInput,
+    run: ScheduledRunObject,
+    outcome: Outcome,
+    emit: Callable[..., None] | None = None,
+) -> RunError | None:
+    """Call the outcome activity under `outcome_retries` (S11); None when delivered, else the
+    error it was dead-lettered with (logged, and emitted as `dead_lettered` when `emit`)."""
+    retries = settings.outcome_retries
+    try:
+        await workflow.execute_activity(
+            settings.outcome_activity,
+            args=[run, outcome.wire()],
+            task_queue=settings.activity_task_queue,
+            start_to_close_timeout=timedelta(milliseconds=settings.outcome_timeout_ms),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(milliseconds=retries.initial_interval_ms),
+                backoff_coefficient=retries.backoff_coefficient,
+                maximum_interval=timedelta(milliseconds=retries.maximum_interval_ms),
+                maximum_attempts=retries.max_attempts,
+            ),
+            summary=f"outcome {run.idempotency_key}",
+        )
+        return None
+    except ActivityError as failure:
+        error = _error_of(failure.cause, timeout_name=OUTCOME_TIMEOUT_ERROR)
+        attempt = (
+            retries.max_attempts
+            if failure.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED
+            else 0
+        )
+        workflow.logger.error(
+            "dead-lettered the outcome of run %s after %s attempt(s): %s",
+            run.idempotency_key,
+            attempt or "unknown",
+            error.message,
+        )
+        if emit is not None:
+            emit("dead_lettered", attempt=attempt, error=error.model_dump())
+        return error
 
 
 def _errored(name: str, message: str) -> Outcome:
