@@ -128,10 +128,7 @@ MAX_BACKFILL_RUNS = 100
 
 def parse_redeliver(raw: object) -> str:
     """`redeliver {"idempotency_key": str}` -> the key; InvalidRequest naming the field."""
-    payload = _object("redeliver", raw)
-    unknown = sorted(set(payload) - {"idempotency_key"})
-    if unknown:
-        raise InvalidRequest(f"redeliver has unknown field(s) {unknown}")
+    payload = _object("redeliver", raw, {"idempotency_key"})
     key = payload.get("idempotency_key")
     if not isinstance(key, str) or not key:
         raise InvalidRequest(
@@ -142,10 +139,7 @@ def parse_redeliver(raw: object) -> str:
 
 def parse_backfill(raw: object, now_ms: int) -> tuple[int, int]:
     """Validate `backfill {"start_at", "end_at"}`: a past range [start_at, end_at)."""
-    payload = _object("backfill", raw)
-    unknown = sorted(set(payload) - {"start_at", "end_at"})
-    if unknown:
-        raise InvalidRequest(f"backfill has unknown field(s) {unknown!r:.200}")
+    payload = _object("backfill", raw, {"start_at", "end_at"})
     start_at = _integer("backfill.start_at", payload.get("start_at"), MAX_SAFE_INTEGER)
     end_at = _integer("backfill.end_at", payload.get("end_at"), MAX_SAFE_INTEGER)
     if end_at <= start_at:
@@ -164,20 +158,21 @@ def _integer(name: str, value: object, maximum: int) -> int:
     return value
 
 
-def _object(name: str, raw: object) -> dict[str, Any]:
+def _object(name: str, raw: object, fields: set[str]) -> dict[str, Any]:
+    """The payload as a JSON object with no field outside `fields`, or InvalidRequest."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise InvalidRequest(f"{name} payload must be a JSON object, got {raw!r:.200}")
+    unknown = sorted(set(raw) - fields)
+    if unknown:
+        raise InvalidRequest(f"{name} has unknown field(s) {unknown!r:.200}")
     return raw
 
 
 def parse_set(raw: object, next_occurrence: NextOccurrence, now_ms: int) -> SetRequest:
     """Validate a `set` payload (S2) or raise InvalidRequest naming the field and value."""
-    payload = _object("set", raw)
-    unknown = sorted(set(payload) - {"expression", "version", "jitter_ms", "params"})
-    if unknown:
-        raise InvalidRequest(f"set has unknown field(s) {unknown!r:.200}")
+    payload = _object("set", raw, {"expression", "version", "jitter_ms", "params"})
     expression = payload.get("expression")
     if not isinstance(expression, str) or not expression.strip():
         raise InvalidRequest(f"set.expression must be a non-empty string, got {expression!r:.200}")
@@ -220,10 +215,7 @@ def parse_set(raw: object, next_occurrence: NextOccurrence, now_ms: int) -> SetR
 
 def parse_cancel(raw: object) -> CancelRequest:
     """Validate a `cancel` payload (`{}` or `{"version": n}`) or raise InvalidRequest."""
-    payload = _object("cancel", raw)
-    unknown = sorted(set(payload) - {"version"})
-    if unknown:
-        raise InvalidRequest(f"cancel has unknown field(s) {unknown!r:.200}")
+    payload = _object("cancel", raw, {"version"})
     version = payload.get("version")
     if version is None:
         return CancelRequest()
