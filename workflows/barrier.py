@@ -24,8 +24,6 @@ from typing import Any
 
 from temporalio import workflow
 
-# Histories recorded before this patch have no such memo upserts; they replay without them.
-BARRIER_PATCH = "durability-completion-barrier"
 # The memo key under which each workflow publishes its status.
 STATUS_MEMO_KEY = "durability_status"
 
@@ -35,5 +33,4 @@ def record_progress(status: Mapping[str, Any]) -> None:
 
     Call it in the same activation as the completion it covers: right after the state change.
     """
-    if workflow.patched(BARRIER_PATCH):
-        workflow.upsert_memo({STATUS_MEMO_KEY: dict(status)})
+    workflow.upsert_memo({STATUS_MEMO_KEY: dict(status)})

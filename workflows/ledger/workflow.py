@@ -76,7 +76,6 @@ REQUEST_ATTEMPTS_PER_RUN = 200
 CHILD_START_TRIES = 60
 # Before continue-as-new, wait this long at most for attempts in flight to report (`_quiet`).
 QUIET_BEFORE_CONTINUE = timedelta(seconds=1)
-QUIET_BEFORE_CONTINUE_PATCH = "ledger-quiet-before-continue-as-new"
 
 # Register these workflows with `durability.registry.workflow_runner()` (worker.py and the bench
 # do): without our packages passed through, the sandbox re-imports (and, without bytecode
@@ -166,7 +165,7 @@ class OperationLedgerWorkflow:
                 break
             if self._ready_to_continue():
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                if not self._quiet() and workflow.patched(QUIET_BEFORE_CONTINUE_PATCH):
+                if not self._quiet():
                     await self._wait_quiet()
                 if self._final is None and self._ready_to_continue():
                     core.compact(self._state, self._config)
