@@ -28,7 +28,8 @@ def workflow_runner() -> SandboxedWorkflowRunner:
 def all_workflows() -> list[type]:
     """Workflow classes registered on every worker."""
     from workflows.ledger.workflow import FrozenRequestWorkflow, OperationLedgerWorkflow
-    from workflows.schedule.workflow import DurabilityScheduleWorkflow, ScheduledRunWorkflow
+    from workflows.schedule.run import ScheduledRunWorkflow
+    from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
     return [
         DurabilityScheduleWorkflow,

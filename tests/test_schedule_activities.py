@@ -24,7 +24,8 @@ from activities.schedule import ScheduleActivities, WebhookAllowlist, schedule_a
 from durability.registry import workflow_runner
 from tests.helpers import eventually
 from workflows.schedule.models import Outcome, ScheduledRunObject
-from workflows.schedule.workflow import DurabilityScheduleWorkflow, ScheduledRunWorkflow
+from workflows.schedule.run import ScheduledRunWorkflow
+from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
 
 @dataclass

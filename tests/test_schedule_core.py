@@ -7,7 +7,7 @@ import re
 from bisect import bisect_right
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -24,6 +24,7 @@ from workflows.schedule.core import (
 )
 from workflows.schedule.cron import next_occurrence
 from workflows.schedule.models import JitterRange, Outcome, RunError, RunStatus, SetRequest
+from workflows.schedule.status import NEXT_TICK_PUBLISH_SLACK_MS, next_tick_stale
 
 
 def every(expression: str, after_ms: int) -> int | None:
@@ -455,3 +456,43 @@ def test_a_malformed_redeliver_is_refused_naming_the_field(payload: object, mess
     with pytest.raises(InvalidRequest) as refused:
         parse_redeliver(payload)
     assert message in str(refused.value)
+
+
+def test_a_run_end_frees_its_slot_for_a_queued_run_once_and_keeps_its_dead_letter() -> None:
+    core = ScheduleCore(ScheduleState(), every, max_concurrent_runs=1, max_dead_letters=5)
+    core.set(SetRequest(expression="every:1000", version=1), 0, lambda m: 0)
+    first, second = core.trigger(10), core.trigger(20)
+    assert core.take_startable() == [first]
+    error = RunError(name="Unavailable", message="receiver down")
+    failed = Outcome(status="errored", error=error)
+    # By completion: settles the run, keeps the dead letter, forgets it; a run waits.
+    assert core.run_ended(10, "o:10", failed, error) is True
+    assert 10 not in core.state.runs
+    assert [(d.idempotency_key, d.outcome, d.error) for d in core.state.dead_letters] == [
+        ("o:10", failed, error)
+    ]
+    assert core.take_startable() == [second]
+    # Its end was signalled first (`run_settled`): the completion frees nothing more.
+    assert core.settle(20, Outcome(status="complete")) is True
+    assert core.run_ended(20, "o:20", Outcome(status="complete")) is False
+    # By the `run_acknowledged` signal (no outcome): frees the slot it still held.
+    third, fourth = core.trigger(30), core.trigger(40)
+    assert core.take_startable() == [third]
+    assert core.run_ended(30, "o:30", None) is True
+    assert core.take_startable() == [fourth]
+    # Nothing queued: a slot is freed, but no run can take it.
+    assert core.run_ended(40, "o:40", None) is False
+    assert core.run_ended(99, "o:99", None) is False  # unknown run
+    assert core.state.runs == {} and len(core.state.dead_letters) == 1
+
+
+@settings(max_examples=300)
+@given(published=st.none() | st.integers(0, 10**7), wake_at=st.none() | st.integers(0, 10**7))
+def test_the_published_next_tick_is_never_later_than_the_real_one_nor_a_minute_earlier(
+    published: int | None, wake_at: int | None
+) -> None:
+    kept = published if not next_tick_stale(published, wake_at) else wake_at
+    if wake_at is None or kept is None:
+        assert kept == wake_at
+    else:
+        assert 0 <= wake_at - kept <= NEXT_TICK_PUBLISH_SLACK_MS

@@ -14,7 +14,8 @@ from temporalio.worker import Worker
 
 from durability.registry import workflow_runner
 from tests.helpers import cache_options, durability_cli, eventually, temporal
-from workflows.schedule.workflow import DurabilityScheduleWorkflow, ScheduledRunWorkflow
+from workflows.schedule.run import ScheduledRunWorkflow
+from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
 YEARLY = "0 0 1 1 *"
 

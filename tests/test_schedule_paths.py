@@ -32,7 +32,8 @@ from tests.test_schedule_workflow import (
     start_schedule,
 )
 from workflows import search_attributes
-from workflows.schedule.workflow import DurabilityScheduleWorkflow, ScheduledRunWorkflow
+from workflows.schedule.run import ScheduledRunWorkflow
+from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
 # Far from any test's clock: a schedule that never ticks while the test runs.
 YEARLY = "0 0 1 1 *"

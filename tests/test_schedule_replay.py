@@ -1,27 +1,31 @@
 """Replay committed histories of DurabilitySchedule and ScheduledRun (S14): a change to the
-workflow code that breaks determinism fails here. After an intentional, patched change,
-record the new code's histories next to the old ones with
-`python -m tests.test_schedule_replay _<suffix>` (starts its own dev server).
+workflow code that breaks determinism fails here. The histories were recorded by release
+0.1.0 (`docs/upgrading.md`, versioning policy); a later change that alters commands keeps them
+replaying with a patch, and records its own next to them with
+`python -m tests.test_schedule_replay _<version>` (starts its own dev server).
 
-- `schedule_parent.json`, `schedule_run.json`: before any patch (acknowledgement by signal,
-  `DurabilityNextTickAt` upserted on every tick).
-- `schedule_parent_ack_by_completion.json`: with the `schedule-ack-by-completion` and
-  `schedule-next-tick-published-per-minute` patches; `schedule_parent_0_1_barrier.json`: with
-  the completion barrier (`workflows.barrier`).
-- `schedule_parent_0_1.json`, `schedule_run_0_1.json`: the shape headed for 0.1.0 (a run frees
-  its slot early only when asked). Run histories of the earlier pre-release shapes (a settle
-  grace timer in every run) were replaced, not patched: no release ever ran them."""
+- `schedule_parent_0_1_0.json`, `schedule_run_0_1_0.json`: ticks, a higher version with
+  jitter, a dropped bad signal, continue-as-new, cancel.
+- `schedule_parent_0_1_0_messages.json`, `schedule_run_0_1_0_messages.json`: one slot, so
+  runs queue and the one that takes the last slot reports its end by signal; pause, unpause,
+  trigger, backfill; outcomes dead-lettered, one redelivered.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import sys
+import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from temporalio import activity
 from temporalio.client import Client, WorkflowHistory
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -31,7 +35,8 @@ from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli
 from durability.registry import workflow_runner
 from tests.helpers import production_replayer
 from workflows import search_attributes
-from workflows.schedule.workflow import DurabilityScheduleWorkflow, ScheduledRunWorkflow
+from workflows.schedule.run import ScheduledRunWorkflow
+from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 SCHEDULE_HISTORIES = sorted(HISTORIES.glob("schedule_*.json"))
@@ -49,12 +54,86 @@ async def test_recorded_history_replays_without_nondeterminism(path: Path) -> No
 def test_histories_of_both_workflows_are_committed() -> None:
     names = {p.name for p in SCHEDULE_HISTORIES}
     assert {
-        "schedule_parent.json",
-        "schedule_run.json",
-        "schedule_parent_ack_by_completion.json",
-        "schedule_parent_0_1.json",
-        "schedule_run_0_1.json",
+        f"schedule_{kind}_0_1_0{scenario}.json"
+        for kind in ("parent", "run")
+        for scenario in ("", "_messages")
     } <= names
+
+
+class RefusingReceiver:
+    """Runs succeed; outcomes are refused while `refusing` (so they are dead-lettered)."""
+
+    def __init__(self) -> None:
+        self.refusing = True
+
+    @activity.defn(name="run")
+    async def run(self, run: dict[str, Any]) -> None:
+        return None
+
+    @activity.defn(name="on_outcome")
+    async def on_outcome(self, run: dict[str, Any], outcome: dict[str, Any]) -> None:
+        if self.refusing:
+            raise ApplicationError("receiver down", type="Unavailable")
+
+
+def save(name: str, history: WorkflowHistory) -> None:
+    recorded = {"workflow_id": history.workflow_id, "history": json.loads(history.to_json())}
+    (HISTORIES / f"{name}.json").write_text(json.dumps(recorded, indent=1))
+
+
+async def until(check: Callable[[], Awaitable[bool]]) -> None:
+    while not await check():
+        await asyncio.sleep(0.2)
+
+
+async def record_messages(client: Client, suffix: str) -> None:
+    """One slot, pause/unpause, trigger, backfill, dead letters and a redelivery."""
+    task_queue = f"record-{uuid.uuid4().hex[:8]}"
+    object_id = f"replay-messages{suffix}"
+    receiver = RefusingReceiver()
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
+        activities=[receiver.run, receiver.on_outcome],
+        workflow_runner=workflow_runner(),
+    ):
+        handle = await client.start_workflow(
+            "DurabilitySchedule",
+            {
+                "max_concurrent_runs": 1,
+                "max_dead_letters": 2,
+                "outcome_retries": {"max_attempts": 2, "initial_interval_ms": 50},
+            },
+            id=f"schedule:{object_id}",
+            task_queue=task_queue,
+        )
+        await handle.execute_update("set", {"expression": "@every 1s", "version": 1})
+        await handle.execute_update("pause", {})
+        now = int(time.time() * 1000)
+        await handle.execute_update("backfill", {"start_at": now - 3000, "end_at": now})
+        await handle.execute_update("trigger", {})
+        await handle.execute_update("unpause", {})
+        await until(lambda: _count(handle.query("dead_letters"), 2))
+        await handle.execute_update("cancel", {})
+        await until(lambda: _count(handle.query("runs"), 0))
+        receiver.refusing = False
+        letters = await handle.query("dead_letters")
+        await handle.execute_update(
+            "redeliver", {"idempotency_key": letters[-1]["idempotency_key"]}
+        )
+        await until(lambda: _count(handle.query("dead_letters"), 1))
+        parent = await handle.fetch_history()
+        child = await client.get_workflow_handle(
+            f"schedule-run:{object_id}:{letters[-1]['scheduled_time']}"
+        ).fetch_history()
+    save(f"schedule_parent{suffix}_messages", parent)
+    save(f"schedule_run{suffix}_messages", child)
+    print(f"recorded {len(parent.events)} schedule events and {len(child.events)} run events")
+
+
+async def _count(query: Awaitable[list[Any]], expected: int) -> bool:
+    return len(await query) == expected
 
 
 async def record(client: Client, suffix: str) -> None:
@@ -95,9 +174,8 @@ async def record(client: Client, suffix: str) -> None:
             if e.HasField("start_child_workflow_execution_initiated_event_attributes")
         )
         child = await client.get_workflow_handle(child_id).fetch_history()
-    for name, history in (("schedule_parent", parent), ("schedule_run", child)):
-        recorded = {"workflow_id": history.workflow_id, "history": json.loads(history.to_json())}
-        (HISTORIES / f"{name}{suffix}.json").write_text(json.dumps(recorded, indent=1))
+    save(f"schedule_parent{suffix}", parent)
+    save(f"schedule_run{suffix}", child)
     print(f"recorded {len(parent.events)} schedule events and {len(child.events)} run events")
 
 
@@ -111,9 +189,10 @@ async def _main(suffix: str) -> None:
     )
     try:
         await record(env.client, suffix)
+        await record_messages(env.client, suffix)
     finally:
         await env.shutdown()
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(_main(sys.argv[1] if len(sys.argv) > 1 else "")))
+    sys.exit(asyncio.run(_main(sys.argv[1] if len(sys.argv) > 1 else "_0_1_0")))

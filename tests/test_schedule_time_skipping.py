@@ -14,7 +14,8 @@ from temporalio.worker import Worker
 
 from durability.registry import workflow_runner
 from tests.helpers import eventually
-from workflows.schedule.workflow import DurabilityScheduleWorkflow, ScheduledRunWorkflow
+from workflows.schedule.run import ScheduledRunWorkflow
+from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
 NEW_YORK = ZoneInfo("America/New_York")
 HOUR_MS = 3_600_000

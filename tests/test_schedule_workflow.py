@@ -27,7 +27,8 @@ from temporalio.worker import Worker
 from durability.registry import workflow_runner
 from tests.helpers import cache_options, eventually, temporal
 from workflows import search_attributes
-from workflows.schedule.workflow import DurabilityScheduleWorkflow, ScheduledRunWorkflow
+from workflows.schedule.run import ScheduledRunWorkflow
+from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
 
 @dataclass

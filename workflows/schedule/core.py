@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from workflows.budget import STATE_BUDGET_BYTES
-from workflows.limits import MAX_JSON_DEPTH, json_depth
+from workflows.limits import MAX_JSON_DEPTH, id_problem, json_depth
 from workflows.schedule.cron import NextOccurrence
 from workflows.schedule.models import (
     MAX_DELAY_MS,
@@ -25,6 +25,7 @@ from workflows.schedule.models import (
     Outcome,
     RunError,
     RunStatus,
+    ScheduleInput,
     SetRequest,
 )
 
@@ -112,6 +113,36 @@ OVERLAP = "overlap"
 # How many runs may wait for a slot under each overlap policy (`max_queued_runs` caps all).
 OVERLAP_QUEUE_LIMIT = {"queue": None, "skip": 0, "buffer_one": 1}
 STATE_BUDGET = "state_budget"
+
+
+class ScheduleWorkflowInput(ScheduleInput):
+    """The schedule's start input plus, after continue-as-new, the carried state."""
+
+    carried: ScheduleState | None = None
+
+
+def parse_start(
+    decode: Callable[[], object], workflow_id: str
+) -> tuple[ScheduleInput, ScheduleState | None, str | None]:
+    """The settings (with `object_id`, by default the workflow ID without `schedule:`), the
+    carried state, and the problem that fails the schedule once, if any (then the settings
+    are usable defaults). `decode` returns the start input as JSON values, or raises
+    ValueError."""
+    problem: str | None = None
+    try:
+        start = ScheduleWorkflowInput.model_validate(decode() or {})
+    except ValueError as error:  # a pydantic ValidationError is a ValueError too
+        problem = f"invalid DurabilitySchedule input: {error}"
+        start = ScheduleWorkflowInput()
+    object_id = start.object_id or workflow_id.removeprefix("schedule:")
+    bad_id = id_problem("object_id", object_id)
+    if bad_id is not None:
+        problem = problem or f"invalid DurabilitySchedule input: {bad_id}"
+        object_id = object_id[:100]
+    settings = ScheduleInput.model_validate(
+        {**start.model_dump(exclude={"carried"}), "object_id": object_id}
+    )
+    return settings, start.carried, problem
 
 
 @dataclass(frozen=True)
@@ -536,6 +567,25 @@ class ScheduleCore:
                     self.state.dead_letters.remove(letter)
                 else:
                     letter.redelivering, letter.error = False, error
+
+    def run_ended(
+        self,
+        scheduled_time: int,
+        idempotency_key: str,
+        outcome: Outcome | None,
+        dead_letter_error: RunError | None = None,
+    ) -> bool:
+        """A run reported its end and its outcome's delivery (by completing, or by the
+        `run_acknowledged` signal, whose `outcome` is None unless dead-lettered): settle it if
+        its end was not signalled, keep a dead letter, forget it. Returns whether this freed a
+        slot that a queued run can take now."""
+        freed = outcome is not None and self.settle(scheduled_time, outcome)
+        run = self.state.runs.get(scheduled_time)
+        freed = freed or (run is not None and run.state == RunStatus.RUNNING)
+        if outcome is not None and dead_letter_error is not None:
+            self.record_dead_letter(scheduled_time, idempotency_key, outcome, dead_letter_error)
+        self.forget(scheduled_time)
+        return freed and self.queued_count() > 0
 
     def forget(self, scheduled_time: int) -> bool:
         """The run's outcome was acknowledged or dead-lettered: drop it."""

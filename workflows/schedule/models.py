@@ -129,12 +129,13 @@ class ScheduledRunInput(BaseModel):
     run: ScheduledRunObject
     schedule_workflow_id: WorkflowId
     settings: ScheduleInput
-    # Acknowledge by completing (the schedule awaits this child) rather than by signal, unless
-    # the schedule hands the run over before continuing as new. False for runs started by
-    # schedules from before this field, which await the `run_acknowledged` signal.
-    acknowledge_by_completion: bool = False
     # The run took its schedule's last free slot: signal `run_settled` as soon as it stops.
     settle_by_signal: bool = False
+
+
+# Internal signals from a run to its schedule (not part of the wire contract).
+RUN_SETTLED_SIGNAL = "durability.run_settled"
+RUN_ACKNOWLEDGED_SIGNAL = "durability.run_acknowledged"
 
 
 class RunSettled(BaseModel):

@@ -1,0 +1,63 @@
+"""Lifecycle events (S12) of a schedule's runs: an OpenTelemetry span each (never on replay),
+and a best-effort call to the user's lifecycle activity when one is configured."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from temporalio.contrib.opentelemetry import TracingWorkflowInboundInterceptor
+    from temporalio.contrib.opentelemetry.workflow import completed_span
+
+    from workflows.schedule.models import ScheduleInput, lifecycle_span_attributes
+
+LIFECYCLE_TIMEOUT = timedelta(seconds=10)
+LIFECYCLE_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1))
+
+
+def _record_span(event: dict[str, Any]) -> None:
+    if workflow.unsafe.is_replaying() or TracingWorkflowInboundInterceptor._from_context() is None:
+        return
+    attributes = lifecycle_span_attributes(event)
+    completed_span(f"durability.scheduled_run.{event['type']}", attributes=attributes)
+
+
+class Lifecycle:
+    """Emits lifecycle events; `tasks` are the activity calls still in flight."""
+
+    def __init__(self, settings: ScheduleInput) -> None:
+        self._settings = settings
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def emit(self, event: dict[str, Any]) -> None:
+        """Record `event` as a span and, if configured, hand it to the lifecycle activity."""
+        _record_span(event)
+        workflow.logger.debug("lifecycle event %s", event)
+        if self._settings.lifecycle_activity is None:
+            return
+        task = asyncio.create_task(self._call(self._settings.lifecycle_activity, event))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _call(self, activity_name: str, event: dict[str, Any]) -> None:
+        try:
+            await workflow.execute_activity(
+                activity_name,
+                event,
+                task_queue=self._settings.activity_task_queue,
+                start_to_close_timeout=LIFECYCLE_TIMEOUT,
+                retry_policy=LIFECYCLE_RETRY,
+                summary=f"lifecycle {event['type']}",
+            )
+        except ActivityError as error:
+            workflow.logger.warning("lifecycle activity failed for %s: %s", event, error.cause)
+
+    async def drain(self) -> None:
+        """Wait until every lifecycle call has ended."""
+        await workflow.wait_condition(lambda: not self.tasks)

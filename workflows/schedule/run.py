@@ -1,0 +1,253 @@
+"""`ScheduledRun`: one child workflow per run of a schedule.
+
+It calls the run activity once under the run timeout (S9, S10), delivers the outcome at least
+once under `outcome_retries` (S11) and reports to its schedule. Normally its completion is the
+whole report (the schedule awaits it). Two cases report by signal instead:
+
+- the run took its schedule's last free slot (`settle_by_signal`): `run_settled` as soon as
+  the run stops, so a queued run need not wait for the outcome's delivery;
+- the schedule continued as new and handed the run over (`durability.report_by_signal`):
+  `run_settled` and `run_acknowledged` to the schedule's current run.
+
+The schedule never signals a run that may be completing, except for that rare hand-over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    FailureError,
+    RetryState,
+)
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
+    from workflows import SANDBOXED
+    from workflows.handover import REPORT_BY_SIGNAL
+    from workflows.schedule.lifecycle import Lifecycle
+    from workflows.schedule.models import (
+        OUTCOME_TIMEOUT_ERROR,
+        RUN_ACKNOWLEDGED_SIGNAL,
+        RUN_INTERRUPTED_ERROR,
+        RUN_SETTLED_SIGNAL,
+        RUN_TIMEOUT_ERROR,
+        Outcome,
+        RunAcknowledged,
+        RunError,
+        RunSettled,
+        ScheduledRunInput,
+        ScheduledRunObject,
+        ScheduledRunResult,
+        ScheduleInput,
+        lifecycle_event,
+    )
+
+# Time a cancelled run activity gets, beyond run_timeout_ms, to acknowledge cancellation.
+RUN_CANCEL_GRACE = timedelta(seconds=30)
+
+
+def now_ms() -> int:
+    """`workflow.now()` in epoch milliseconds."""
+    return int(workflow.now().timestamp() * 1000)
+
+
+@workflow.defn(name="ScheduledRun", sandboxed=SANDBOXED)
+class ScheduledRunWorkflow:
+    """One run: call the run activity once, deliver the outcome, report to the schedule."""
+
+    def __init__(self) -> None:
+        self._report_by_signal = False
+
+    @workflow.signal(name=REPORT_BY_SIGNAL)
+    def report_by_signal(self) -> None:
+        """The schedule continued as new: report by signal, not by completing."""
+        self._report_by_signal = True
+
+    @workflow.run
+    async def run(self, input: Any) -> ScheduledRunResult:
+        """Run (S9, S10), deliver the outcome at least once (S11), report."""
+        # Validated here, not by the converter: started by hand with a bad input, the run
+        # fails once, naming the field, instead of failing every workflow task.
+        try:
+            self._input = run_input = ScheduledRunInput.model_validate(input)
+        except ValidationError as error:
+            raise ApplicationError(
+                f"invalid ScheduledRun input: {error}",
+                type="InvalidScheduledRunInput",
+                non_retryable=True,
+            ) from None
+        scheduled_time = run_input.run.scheduled_time
+        self._lifecycle = Lifecycle(run_input.settings)
+        self._emit("started")
+        started = now_ms()
+        outcome = await self._execute()
+        settled: dict[str, Any] = {"outcome": outcome.status}
+        if outcome.error is not None:
+            settled["error"] = outcome.error.model_dump()
+        if outcome.error is None or outcome.error.name != RUN_INTERRUPTED_ERROR:
+            settled["duration_ms"] = now_ms() - started
+        self._emit("settled", **settled)
+        delivery = asyncio.create_task(
+            deliver_outcome(run_input.settings, run_input.run, outcome, self._emit)
+        )
+        if not run_input.settle_by_signal:
+            await workflow.wait_condition(lambda: delivery.done() or self._report_by_signal)
+        if not delivery.done():
+            settled_signal = RunSettled(scheduled_time=scheduled_time, outcome=outcome)
+            await self._signal_schedule(RUN_SETTLED_SIGNAL, settled_signal)
+        dead_letter = await delivery
+        await self._lifecycle.drain()
+        # No await between this check and returning: a hand-over signal that lands while this
+        # task completes makes Temporal reject the completion, and the retried task sees it.
+        if self._report_by_signal:
+            acknowledged = RunAcknowledged(scheduled_time=scheduled_time)
+            if dead_letter is not None:
+                # With the outcome, so the schedule keeps it for `dead_letters`/`redeliver`.
+                acknowledged = RunAcknowledged(
+                    scheduled_time=scheduled_time,
+                    dead_lettered=True,
+                    outcome=outcome,
+                    dead_letter_error=dead_letter,
+                )
+            await self._signal_schedule(RUN_ACKNOWLEDGED_SIGNAL, acknowledged)
+        return ScheduledRunResult(
+            outcome=outcome, delivered=dead_letter is None, dead_letter_error=dead_letter
+        )
+
+    def _emit(self, event_type: str, **fields: Any) -> None:
+        run = self._input.run
+        self._lifecycle.emit(
+            lifecycle_event(event_type, run.idempotency_key, run.scheduled_time, now_ms(), **fields)
+        )
+
+    async def _execute(self) -> Outcome:
+        settings = self._input.settings
+        heartbeat = settings.run_heartbeat_timeout_ms
+        handle = workflow.start_activity(
+            settings.run_activity,
+            self._input.run,
+            task_queue=settings.activity_task_queue,
+            start_to_close_timeout=timedelta(milliseconds=settings.run_timeout_ms)
+            + RUN_CANCEL_GRACE,
+            heartbeat_timeout=None if heartbeat is None else timedelta(milliseconds=heartbeat),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=f"run {self._input.run.idempotency_key}",
+        )
+        timed_out = cancelled = False
+        try:
+            await workflow.wait_condition(
+                handle.done,
+                timeout=timedelta(milliseconds=settings.run_timeout_ms),
+                timeout_summary="run timeout",
+            )
+        except TimeoutError:
+            # When the run timer and the activity's own end (e.g. a heartbeat timeout after
+            # its worker died) land in one workflow task, the activity's end is the truth:
+            # a killed run is interrupted (S10), not timed out. No command changes here.
+            timed_out = not handle.done()
+        except asyncio.CancelledError:
+            cancelled = True
+        if not handle.done():
+            handle.cancel()
+        failure: BaseException | None = None
+        try:
+            # With WAIT_CANCELLATION_COMPLETED this returns once the activity really stopped.
+            await handle
+        except (ActivityError, asyncio.CancelledError) as error:
+            failure = error
+        if timed_out:
+            return errored(
+                RUN_TIMEOUT_ERROR, f"run exceeded run_timeout_ms={settings.run_timeout_ms}"
+            )
+        if cancelled:
+            return errored(RUN_INTERRUPTED_ERROR, "the run was cancelled before it finished")
+        if failure is None:
+            return Outcome(status="complete")
+        return _errored_from(failure)
+
+    async def _signal_schedule(self, signal: str, payload: RunSettled | RunAcknowledged) -> None:
+        handle = workflow.get_external_workflow_handle(self._input.schedule_workflow_id)
+        try:
+            await handle.signal(signal, payload)
+        except (FailureError, ApplicationError) as error:
+            # The schedule is gone (terminated); the run still delivers its outcome.
+            workflow.logger.warning("could not signal %s to the schedule: %s", signal, error)
+
+
+async def deliver_outcome(
+    settings: ScheduleInput,
+    run: ScheduledRunObject,
+    outcome: Outcome,
+    emit: Callable[..., None] | None = None,
+) -> RunError | None:
+    """Call the outcome activity under `outcome_retries` (S11); None when delivered, else the
+    error it was dead-lettered with (logged, and emitted as `dead_lettered` when `emit`)."""
+    retries = settings.outcome_retries
+    try:
+        await workflow.execute_activity(
+            settings.outcome_activity,
+            args=[run, outcome.wire()],
+            task_queue=settings.activity_task_queue,
+            start_to_close_timeout=timedelta(milliseconds=settings.outcome_timeout_ms),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(milliseconds=retries.initial_interval_ms),
+                backoff_coefficient=retries.backoff_coefficient,
+                maximum_interval=timedelta(milliseconds=retries.maximum_interval_ms),
+                maximum_attempts=retries.max_attempts,
+            ),
+            summary=f"outcome {run.idempotency_key}",
+        )
+        return None
+    except ActivityError as failure:
+        error = _error_of(failure.cause, timeout_name=OUTCOME_TIMEOUT_ERROR)
+        attempt = (
+            retries.max_attempts
+            if failure.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED
+            else 0
+        )
+        workflow.logger.error(
+            "dead-lettered the outcome of run %s after %s attempt(s): %s",
+            run.idempotency_key,
+            attempt or "unknown",
+            error.message,
+        )
+        if emit is not None:
+            emit("dead_lettered", attempt=attempt, error=error.model_dump())
+        return error
+
+
+def errored(name: str, message: str) -> Outcome:
+    """An `errored` outcome with error `{name, message}`."""
+    return Outcome(status="errored", error=RunError(name=name, message=message))
+
+
+def _errored_from(failure: BaseException) -> Outcome:
+    cause = failure.cause if isinstance(failure, ActivityError) else failure
+    error = _error_of(cause, timeout_name=RUN_INTERRUPTED_ERROR)
+    if isinstance(cause, CancelledError | asyncio.CancelledError):
+        error = RunError(name=RUN_INTERRUPTED_ERROR, message="the run activity was cancelled")
+    return Outcome(status="errored", error=error)
+
+
+def _error_of(cause: BaseException | None, *, timeout_name: str) -> RunError:
+    """`{name, message}` of an activity failure's cause."""
+    if isinstance(cause, TemporalTimeoutError):
+        kind = cause.type.name if cause.type is not None else "UNKNOWN"
+        return RunError(name=timeout_name, message=f"activity timed out ({kind})")
+    if isinstance(cause, ApplicationError):
+        return RunError(name=cause.type or "Error", message=cause.message)
+    if cause is None:
+        return RunError(name="Error", message="unknown failure")
+    return RunError(name=type(cause).__name__, message=str(cause))
