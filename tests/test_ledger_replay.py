@@ -13,7 +13,8 @@ import pytest
 from temporalio.client import WorkflowHistory
 
 from tests.helpers import production_replayer
-from workflows.ledger.workflow import FrozenRequestWorkflow, OperationLedgerWorkflow
+from workflows.ledger.request import FrozenRequestWorkflow
+from workflows.ledger.workflow import OperationLedgerWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("ledger_*.json"))
 

@@ -1,16 +1,15 @@
-"""Temporal shell of the operation ledger: `OperationLedger` and its `FrozenRequest` children.
+"""Temporal shell of the operation ledger: `OperationLedger` (its `FrozenRequest` children are
+in `workflows.ledger.request`; imported here too, as before).
 
 All decisions live in `workflows.ledger.core`; this module only moves messages, activity
 results and child reports into it, and turns its plans into activities and children.
 
 - Event history is the ledger: the compile activity's result and the frozen request are in
   history/state before the `FrozenRequest` child (which alone sends anything) starts (L6).
-- Each `FrozenRequest` owns its submit/query loop on durable timers (L7, L8). It reports to
-  `ledger:<ledger_id>` by signal (`request_progress` for non-final attempts, `request_finished`
-  for the end; no run ID, so a report reaches the current run after continue-as-new).
-  Children are started with parent-close policy ABANDON: continue-as-new never terminates a
-  request in flight. The ledger run that started a child also awaits its completion, only to
-  notice a child that ended without reporting (failed, terminated).
+- Each request's child reports to this ledger by signal (`request_progress`,
+  `request_finished`). Children are started with parent-close policy ABANDON: continue-as-new
+  never terminates a request in flight. The ledger run that started a child also awaits its
+  completion, only to notice a child that ended without reporting (failed, terminated).
 - A workflow task that applies a completion which changes the ledger's state always sends a
   command (`workflows.barrier`), so an update is never folded into that task by a cold worker.
 - With `local_compile`, compile is a local activity: its result (a marker) is recorded in the
@@ -29,7 +28,6 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import (
-    ActivityError,
     ApplicationError,
     ChildWorkflowError,
     FailureError,
@@ -47,7 +45,6 @@ with workflow.unsafe.imports_passed_through():
         LEDGER_ID_PREFIX,
         LEDGER_WORKFLOW,
         core,
-        ledger_workflow_id,
         request_workflow_id,
     )
     from workflows.ledger.models import (
@@ -61,45 +58,20 @@ with workflow.unsafe.imports_passed_through():
         RequestReport,
         SkipInput,
     )
+    from workflows.ledger.request import FrozenRequestWorkflow, failure_message, now_ms
     from workflows.limits import id_problem
     from workflows.search_attributes import LEDGER_ID
     from workflows.start_input import NO_INPUT, decode_start_input
 
 COMPILE_TIMEOUT = timedelta(seconds=60)
 COMPILE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3)
-# The FrozenRequest loop owns retries (L7, L8): one activity attempt per submit/query.
-SEND_RETRY = RetryPolicy(maximum_attempts=1)
 # Continue-as-new at this many events even if Temporal has not suggested it yet.
 SAFETY_CAP_EVENTS = 10_000
-# A FrozenRequest continues-as-new after this many non-final attempts (bounded history).
-REQUEST_ATTEMPTS_PER_RUN = 200
 CHILD_START_TRIES = 60
 # Before continue-as-new, wait this long at most for attempts in flight to report (`_quiet`).
 QUIET_BEFORE_CONTINUE = timedelta(seconds=1)
 
-# Register these workflows with `durability.registry.workflow_runner()` (worker.py and the bench
-# do): without our packages passed through, the sandbox re-imports (and, without bytecode
-# caches, recompiles) this module for every new workflow instance, one per frozen request,
-# ~28 ms of the worker's event loop each: 40-50% of the worker's CPU in the ledger bench.
-
-
-def _now_ms() -> int:
-    return int(workflow.now().timestamp() * 1000)
-
-
-def _failure_message(error: BaseException) -> str:
-    """The innermost failure's message (an activity's ApplicationError, a timeout...)."""
-    cause: BaseException = error
-    while isinstance(cause, FailureError) and cause.cause is not None:
-        cause = cause.cause
-    return str(cause) or type(cause).__name__
-
-
-def _raise_if_cancel_requested() -> None:
-    """A cancel that arrives while an operation completes anyway (a signal already delivered,
-    an activity already finished) is absorbed by that operation; stop here instead."""
-    if workflow.cancellation_reason() is not None:
-        raise asyncio.CancelledError("cancel requested")
+__all__ = ["FrozenRequestWorkflow", "OperationLedgerWorkflow"]
 
 
 def _reject(error: Exception) -> ApplicationError:
@@ -220,7 +192,7 @@ class OperationLedgerWorkflow:
         """
         if self._state.stopped or self._final is not None:
             return True
-        now = _now_ms()
+        now = now_ms()
         for request_id in self._children:
             request = self._state.requests.get(request_id)
             if request is None or request.phase != "in_flight":
@@ -274,7 +246,7 @@ class OperationLedgerWorkflow:
             if is_cancelled_exception(error):
                 core.abandon_dispatch(self._state, op_id)
                 raise
-            core.block_compile(self._state, op_id, _failure_message(error))
+            core.block_compile(self._state, op_id, failure_message(error))
             compiled = None
         except asyncio.CancelledError:
             core.abandon_dispatch(self._state, op_id)
@@ -607,99 +579,3 @@ class OperationLedgerWorkflow:
     def claims(self) -> dict[str, str]:
         """`{canvas_id: request_id}`."""
         return dict(self._state.claims)
-
-
-@workflow.defn(name=FROZEN_REQUEST_WORKFLOW, sandboxed=SANDBOXED)
-class FrozenRequestWorkflow:
-    """Submit, then query, one frozen request until it resolves or blocks (L7-L10).
-
-    The request body never changes; every call carries it whole, with its idempotency key.
-    Every report goes to the ledger by signal; the final report is also the result.
-    """
-
-    @workflow.run
-    async def run(self, input: Any) -> dict[str, Any]:
-        """The loop; returns (and signals to the ledger) the final report."""
-        # Validated here, not by the converter: started by hand with a bad input, the request
-        # fails once, naming the field, instead of failing every workflow task.
-        try:
-            input = FrozenRequestInput.model_validate(input)
-        except ValidationError as error:
-            raise ApplicationError(
-                core.format_validation_error("FrozenRequest input", error),
-                type="InvalidFrozenRequestInput",
-                non_retryable=True,
-            ) from None
-        request_id = str(input.request["id"])
-        ledger = workflow.get_external_workflow_handle(ledger_workflow_id(input.ledger_id))
-        if input.not_before is not None and input.not_before > _now_ms():
-            await workflow.sleep(timedelta(milliseconds=input.not_before - _now_ms()))
-        action = input.next_action
-        attempt = input.attempt
-        for _ in range(REQUEST_ATTEMPTS_PER_RUN):
-            name = input.submit_activity if action == "submit" else input.query_activity
-            try:
-                raw: Any = await workflow.execute_activity(
-                    name,
-                    input.request,
-                    task_queue=input.activity_task_queue,
-                    start_to_close_timeout=timedelta(milliseconds=input.activity_timeout_ms),
-                    retry_policy=SEND_RETRY,
-                    summary=f"{action} {request_id}",
-                )
-            except ActivityError as error:
-                if is_cancelled_exception(error):
-                    raise  # stopped: the loop ends here, not with a retry
-                raw = {"outcome": "unresolved", "error": f"transport: {_failure_message(error)}"}
-            _raise_if_cancel_requested()
-            attempt += 1
-            step = core.next_step(action, raw, attempt, input.retry, _now_ms())
-            status = step.status.model_dump(mode="json", exclude_none=True)
-            if step.result != "retry":
-                report = RequestReport(
-                    request_id=request_id,
-                    phase="resolved" if step.result == "resolved" else "blocked",
-                    status=status,
-                    attempt=attempt,
-                    next_action=step.next_action,
-                    launch=input.launch,
-                )
-                await self._tell(ledger, "request_finished", report)
-                return report.model_dump(mode="json")
-            progress = RequestReport(
-                request_id=request_id,
-                phase="in_flight",
-                status=status,
-                attempt=attempt,
-                next_action=step.next_action,
-                retry_at=step.retry_at,
-                launch=input.launch,
-            )
-            if not await self._tell(ledger, "request_progress", progress):
-                # The ledger completed (stop) and recorded this request as frozen: send no more.
-                return progress.model_dump(mode="json")
-            _raise_if_cancel_requested()
-            await workflow.sleep(timedelta(milliseconds=step.delay_ms))
-            action = step.next_action
-        workflow.continue_as_new(
-            input.model_copy(
-                update={
-                    "next_action": action,
-                    "attempt": attempt,
-                    "not_before": None,
-                }
-            )
-        )
-
-    async def _tell(
-        self, ledger: workflow.ExternalWorkflowHandle[Any], name: str, report: RequestReport
-    ) -> bool:
-        """Signal the ledger; False when it is closed (stopped): nothing is left to report to."""
-        try:
-            await ledger.signal(name, report.model_dump(mode="json"))
-        except FailureError as error:
-            if is_cancelled_exception(error):
-                raise  # this request is being cancelled (stop): not a delivery problem
-            workflow.logger.warning("cannot report %s to the ledger: %s", name, error)
-            return False
-        return True
