@@ -44,6 +44,7 @@ from workflows.budget import STATE_BUDGET_BYTES
 from workflows.ledger.models import (
     MAX_BATCH_BYTES,
     MAX_PAYLOAD_BYTES,
+    EmptyInput,
     EnqueueInput,
     EnqueueResult,
     LedgerConfig,
@@ -51,11 +52,13 @@ from workflows.ledger.models import (
     OperationIntent,
     OperationPhase,
     OperationRecord,
+    ReleaseInput,
     RequestAction,
     RequestRecord,
     RequestReport,
     RequestStatus,
     RetryConfig,
+    SkipInput,
 )
 from workflows.limits import MAX_JSON_DEPTH, json_depth
 
@@ -81,6 +84,11 @@ MAX_BACKOFF_EXPONENT = 6
 
 class LedgerInputError(ValueError):
     """Input rejected before anything is recorded; the message names the field and value."""
+
+
+class LedgerStopped(LedgerInputError):
+    """A message a stopped ledger no longer takes (`hold`, `resume`, `stop`); the class name is
+    the rejection type clients see."""
 
 
 class RecoveryConflictError(RuntimeError):
@@ -221,6 +229,12 @@ def _find_cycle(state: LedgerState, new: dict[str, OperationIntent]) -> list[str
                 on_path.discard(node)
                 done.add(node)
     return None
+
+
+# Each message's payload is parsed by one function below (`validate_*` when the state can refuse
+# it too), before anything is recorded: `LedgerInputError` (or `LedgerStopped`) names what is
+# wrong. The shell turns it into the update's rejection, typed by the error's class name, or
+# drops the signal of the same name.
 
 
 def validate_enqueue(state: LedgerState, raw: Any) -> EnqueueInput:
@@ -642,6 +656,55 @@ def resume(state: LedgerState, config: LedgerConfig) -> list[str]:
         record.error = None
         touched.append(record.intent.id)
     return touched
+
+
+def check_running(state: LedgerState) -> None:
+    """`hold`, `resume` and `stop` are refused by a stopped ledger."""
+    if state.stopped:
+        raise LedgerStopped("ledger is stopped")
+
+
+def validate_empty(state: LedgerState, message: str, raw: Any) -> EmptyInput:
+    """`resume` / `stop`: `{}` (or nothing) on a running ledger."""
+    check_running(state)
+    try:
+        return EmptyInput.model_validate({} if raw is None else raw)
+    except ValidationError as error:
+        raise LedgerInputError(format_validation_error(f"{message} input", error)) from None
+
+
+def parse_release(raw: Any) -> ReleaseInput:
+    """`release`: `{"token": str}`. As a signal, a token not held is dropped when released."""
+    try:
+        return ReleaseInput.model_validate(raw)
+    except ValidationError as error:
+        raise LedgerInputError(format_validation_error("release input", error)) from None
+
+
+def validate_release(state: LedgerState, raw: Any) -> ReleaseInput:
+    """`release` as an update: the token must be one currently held."""
+    release = parse_release(raw)
+    if release.token not in state.holds:
+        raise LedgerInputError(f"invalid release input: token {release.token!r:.80} is not held")
+    return release
+
+
+def validate_skip(state: LedgerState, raw: Any) -> SkipInput:
+    """`skip`: `{"operation_id", "reason"?}` naming an operation `check_skip` allows."""
+    try:
+        parsed = SkipInput.model_validate(raw)
+    except ValidationError as error:
+        raise LedgerInputError(format_validation_error("skip input", error)) from None
+    check_skip(state, parsed.operation_id)
+    return parsed
+
+
+def parse_report(raw: Any) -> RequestReport:
+    """A `FrozenRequest`'s report (its `request_progress` / `request_finished`, its result)."""
+    try:
+        return RequestReport.model_validate(raw)
+    except ValidationError as error:
+        raise LedgerInputError(format_validation_error("request report", error)) from None
 
 
 def check_skip(state: LedgerState, op_id: str) -> OperationRecord:

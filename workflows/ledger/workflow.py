@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
@@ -48,13 +49,12 @@ with workflow.unsafe.imports_passed_through():
         request_workflow_id,
     )
     from workflows.ledger.models import (
-        EmptyInput,
+        EnqueueInput,
         EnqueueResult,
         FrozenRequestInput,
         LedgerConfig,
         LedgerInput,
         LedgerState,
-        ReleaseInput,
         RequestReport,
         SkipInput,
     )
@@ -73,9 +73,17 @@ QUIET_BEFORE_CONTINUE = timedelta(seconds=1)
 
 __all__ = ["FrozenRequestWorkflow", "OperationLedgerWorkflow"]
 
+P = ParamSpec("P")
+T = TypeVar("T")
 
-def _reject(error: Exception) -> ApplicationError:
-    return ApplicationError(str(error), type=type(error).__name__, non_retryable=True)
+
+def _for_update(parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`parse(*args)` for an update's validator or handler (or a query): a refusal becomes the
+    rejection, typed by the refusal's class (`LedgerInputError`, `LedgerStopped`)."""
+    try:
+        return parse(*args, **kwargs)
+    except core.LedgerInputError as error:
+        raise ApplicationError(str(error), type=type(error).__name__, non_retryable=True) from None
 
 
 @workflow.defn(name=LEDGER_WORKFLOW, sandboxed=SANDBOXED)
@@ -320,10 +328,11 @@ class OperationLedgerWorkflow:
             )
             return
         try:
-            if core.record_finished(self._state, RequestReport.model_validate(result)):
-                core.compact(self._state, self._config)
-        except ValidationError:
+            report = core.parse_report(result)
+        except core.LedgerInputError:
             workflow.logger.warning("request %s returned %r", request_id, result)
+            return
+        self._finished(report)
 
     def _record_progress(self) -> None:
         """See `workflows.barrier`: this workflow task sends a command, the status memo."""
@@ -347,37 +356,48 @@ class OperationLedgerWorkflow:
                 await workflow.sleep(timedelta(seconds=1))
         return None
 
+    # ------------------------------------------------------------ messages
+    # Every payload is parsed by its `core` function before anything is recorded. An update's
+    # validator turns a refusal into its rejection (`_for_update`); a signal of the same name
+    # is dropped instead (`_for_signal`). Both then apply it the same way.
+
+    def _for_signal(
+        self, name: str, parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+    ) -> T | None:
+        """`parse(*args)` for a signal; None when refused: the signal is dropped."""
+        try:
+            return parse(*args, **kwargs)
+        except core.LedgerInputError as error:
+            self._drop(name, error)
+            return None
+
+    def _drop(self, name: str, error: Exception) -> None:
+        self._state.dropped_signals += 1
+        workflow.logger.warning("dropped %s signal: %s", name, error)
+
     # ------------------------------------------------------------ enqueue (L2)
 
     @workflow.update(name="enqueue")
     async def enqueue(self, raw: Any = None) -> EnqueueResult:
         """Record intents; returns accepted and duplicate IDs once recorded."""
-        try:
-            batch = core.validate_enqueue(self._state, raw)
-        except core.LedgerInputError as error:
-            raise _reject(error) from None
-        result = core.enqueue(self._state, batch, self._config)
-        self._wake = True
-        return result
+        return self._enqueue(_for_update(core.validate_enqueue, self._state, raw))
 
     @enqueue.validator
     def validate_enqueue(self, raw: Any = None) -> None:
         """Reject malformed intents, repeated IDs, cycles; nothing is recorded."""
-        try:
-            core.validate_enqueue(self._state, raw)
-        except core.LedgerInputError as error:
-            raise _reject(error) from None
+        _for_update(core.validate_enqueue, self._state, raw)
 
     @workflow.signal(name="enqueue")
     def enqueue_signal(self, raw: Any = None) -> None:
-        """`enqueue` as a signal: bad input is logged, counted and dropped."""
-        try:
-            batch = core.validate_enqueue(self._state, raw)
-        except core.LedgerInputError as error:
-            self._drop("enqueue", error)
-            return
-        core.enqueue(self._state, batch, self._config)
+        """`enqueue` as a signal."""
+        batch = self._for_signal("enqueue", core.validate_enqueue, self._state, raw)
+        if batch is not None:
+            self._enqueue(batch)
+
+    def _enqueue(self, batch: EnqueueInput) -> EnqueueResult:
+        result = core.enqueue(self._state, batch, self._config)
         self._wake = True
+        return result
 
     # ------------------------------------------------------------ hold / release (L12)
 
@@ -391,117 +411,75 @@ class OperationLedgerWorkflow:
     @hold.validator
     def validate_hold(self, raw: Any = None) -> None:
         """A stopped ledger takes no holds."""
-        if self._state.stopped:
-            raise ApplicationError("ledger is stopped", type="LedgerStopped", non_retryable=True)
+        _for_update(core.check_running, self._state)
 
     @workflow.update(name="release")
     async def release(self, raw: Any = None) -> bool:
         """Release one hold token."""
-        released = core.release(self._state, self._parse_release(raw).token)
-        self._wake = True
-        return released
+        return self._release(_for_update(core.parse_release, raw).token)
 
     @release.validator
     def validate_release(self, raw: Any = None) -> None:
         """The token must be one currently held."""
-        token = self._parse_release(raw).token
-        if token not in self._state.holds:
-            raise _reject(
-                core.LedgerInputError(f"invalid release input: token {token!r:.80} is not held")
-            )
+        _for_update(core.validate_release, self._state, raw)
 
     @workflow.signal(name="release")
     def release_signal(self, raw: Any = None) -> None:
-        """`release` as a signal."""
-        try:
-            token = self._parse_release(raw).token
-        except ApplicationError as error:
-            self._drop("release", error)
-            return
-        if not core.release(self._state, token):
-            self._drop("release", ValueError(f"token {token!r:.80} is not held"))
-        self._wake = True
+        """`release` as a signal; a token not held is dropped too."""
+        release = self._for_signal("release", core.parse_release, raw)
+        if release is not None and not self._release(release.token):
+            self._drop("release", ValueError(f"token {release.token!r:.80} is not held"))
 
-    def _parse_release(self, raw: Any) -> ReleaseInput:
-        try:
-            return ReleaseInput.model_validate(raw)
-        except ValidationError as error:
-            raise _reject(
-                core.LedgerInputError(core.format_validation_error("release input", error))
-            ) from None
+    def _release(self, token: str) -> bool:
+        released = core.release(self._state, token)
+        self._wake = True
+        return released
 
     # ------------------------------------------------------------ resume (L13) / skip
 
     @workflow.update(name="resume")
     async def resume(self, raw: Any = None) -> dict[str, list[str]]:
         """Retry blocked requests with their frozen body and re-examine every operation."""
-        touched = core.resume(self._state, self._config)
-        self._wake = True
-        return {"resumed": touched}
+        return {"resumed": self._resume()}
 
     @resume.validator
     def validate_resume(self, raw: Any = None) -> None:
         """`{}` on a running ledger."""
-        self._check_empty("resume", raw)
+        _for_update(core.validate_empty, self._state, "resume", raw)
 
     @workflow.signal(name="resume")
     def resume_signal(self, raw: Any = None) -> None:
         """`resume` as a signal."""
-        try:
-            self._check_empty("resume", raw)
-        except ApplicationError as error:
-            self._drop("resume", error)
-            return
-        core.resume(self._state, self._config)
+        if self._for_signal("resume", core.validate_empty, self._state, "resume", raw) is not None:
+            self._resume()
+
+    def _resume(self) -> list[str]:
+        touched = core.resume(self._state, self._config)
         self._wake = True
+        return touched
 
     @workflow.update(name="skip")
     async def skip(self, raw: Any = None) -> bool:
         """Resolve a stuck operation as `skipped`; its dependents proceed (see core)."""
-        parsed = self._parse_skip(raw)
-        core.skip(self._state, parsed.operation_id, parsed.reason)
-        core.compact(self._state, self._config)
-        self._wake = True
+        self._skip(_for_update(core.validate_skip, self._state, raw))
         return True
 
     @skip.validator
     def validate_skip(self, raw: Any = None) -> None:
         """Known, unresolved, not in flight."""
-        self._parse_skip(raw)
+        _for_update(core.validate_skip, self._state, raw)
 
     @workflow.signal(name="skip")
     def skip_signal(self, raw: Any = None) -> None:
         """`skip` as a signal."""
-        try:
-            parsed = self._parse_skip(raw)
-        except ApplicationError as error:
-            self._drop("skip", error)
-            return
+        parsed = self._for_signal("skip", core.validate_skip, self._state, raw)
+        if parsed is not None:
+            self._skip(parsed)
+
+    def _skip(self, parsed: SkipInput) -> None:
         core.skip(self._state, parsed.operation_id, parsed.reason)
         core.compact(self._state, self._config)
         self._wake = True
-
-    def _parse_skip(self, raw: Any) -> SkipInput:
-        try:
-            parsed = SkipInput.model_validate(raw)
-            core.check_skip(self._state, parsed.operation_id)
-        except ValidationError as error:
-            raise _reject(
-                core.LedgerInputError(core.format_validation_error("skip input", error))
-            ) from None
-        except core.LedgerInputError as error:
-            raise _reject(error) from None
-        return parsed
-
-    def _check_empty(self, name: str, raw: Any) -> None:
-        if self._state.stopped:
-            raise ApplicationError("ledger is stopped", type="LedgerStopped", non_retryable=True)
-        try:
-            EmptyInput.model_validate({} if raw is None else raw)
-        except ValidationError as error:
-            raise _reject(
-                core.LedgerInputError(core.format_validation_error(f"{name} input", error))
-            ) from None
 
     # ------------------------------------------------------------ stop
 
@@ -533,35 +511,30 @@ class OperationLedgerWorkflow:
     @stop.validator
     def validate_stop(self, raw: Any = None) -> None:
         """`{}`, once."""
-        self._check_empty("stop", raw)
+        _for_update(core.validate_empty, self._state, "stop", raw)
 
     # ------------------------------------------------------------ child reports
 
     @workflow.signal(name="request_progress")
     def request_progress(self, raw: Any = None) -> None:
         """A non-final attempt of a frozen request (attempt, retry_at, next action)."""
-        report = self._parse_report("request_progress", raw)
+        report = self._for_signal("request_progress", core.parse_report, raw)
         if report is not None:
             core.record_progress(self._state, report)
 
     @workflow.signal(name="request_finished")
     def request_finished(self, raw: Any = None) -> None:
         """A frozen request resolved or blocked."""
-        report = self._parse_report("request_finished", raw)
-        if report is not None and core.record_finished(self._state, report):
-            core.compact(self._state, self._config)
+        report = self._for_signal("request_finished", core.parse_report, raw)
+        if report is not None and self._finished(report):
             self._wake = True
 
-    def _parse_report(self, name: str, raw: Any) -> RequestReport | None:
-        try:
-            return RequestReport.model_validate(raw)
-        except ValidationError as error:
-            self._drop(name, error)
-            return None
-
-    def _drop(self, name: str, error: Exception) -> None:
-        self._state.dropped_signals += 1
-        workflow.logger.warning("dropped %s signal: %s", name, error)
+    def _finished(self, report: RequestReport) -> bool:
+        """A request's end, reported by its signal or its child's result (whichever is first)."""
+        if not core.record_finished(self._state, report):
+            return False
+        core.compact(self._state, self._config)
+        return True
 
     # ------------------------------------------------------------ queries
 
@@ -569,11 +542,7 @@ class OperationLedgerWorkflow:
     def snapshot(self, raw: Any = None) -> dict[str, Any]:
         """One page of operations with their requests, counts per phase, claims, holds.
         Optional argument: `{"phase", "after", "limit"}` (see `core.SnapshotQuery`)."""
-        try:
-            query = core.parse_snapshot_query(raw)
-        except core.LedgerInputError as error:
-            raise _reject(error) from None
-        return core.snapshot(self._state, query)
+        return core.snapshot(self._state, _for_update(core.parse_snapshot_query, raw))
 
     @workflow.query(name="claims")
     def claims(self) -> dict[str, str]:
