@@ -35,19 +35,23 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workflows.budget import STATE_BUDGET_BYTES
+from workflows.ledger import LEDGER_ID_PREFIX
 from workflows.ledger.models import (
     MAX_BATCH_BYTES,
     MAX_PAYLOAD_BYTES,
     EmptyInput,
     EnqueueInput,
     EnqueueResult,
+    FrozenRequestInput,
     LedgerConfig,
+    LedgerInput,
     LedgerState,
     OperationIntent,
     OperationPhase,
@@ -60,7 +64,7 @@ from workflows.ledger.models import (
     RetryConfig,
     SkipInput,
 )
-from workflows.limits import MAX_JSON_DEPTH, json_depth
+from workflows.limits import MAX_JSON_DEPTH, id_problem, json_depth
 
 MISSING_PARTICIPANTS = "missing_participants"
 PARTICIPANT_MISMATCH = "participant_mismatch"
@@ -509,6 +513,39 @@ def mark_launched(state: LedgerState, request_id: str) -> RequestRecord:
     return request
 
 
+def request_input(
+    state: LedgerState, config: LedgerConfig, ledger_id: str, request_id: str
+) -> FrozenRequestInput:
+    """The start input of a request's `FrozenRequest` loop: the ledger it reports to, its
+    frozen body, where the loop resumes (recorded next action, attempt, retry time) and the
+    activities it calls."""
+    request = state.requests[request_id]
+    return FrozenRequestInput(
+        ledger_id=ledger_id,
+        request=request.body,
+        next_action=request.retry_action,
+        attempt=request.attempt,
+        launch=request.launch,
+        not_before=request.retry_at,
+        submit_activity=config.submit_activity,
+        query_activity=config.query_activity,
+        activity_task_queue=config.activity_task_queue,
+        retry=config.retry,
+    )
+
+
+def waiting_to_retry(state: LedgerState, request_ids: Iterable[str], now_ms: int) -> bool:
+    """Each of these requests is in flight and sleeping until a retry: none is mid-attempt
+    and none has reported its end (its loop's completion still to come)."""
+    for request_id in request_ids:
+        request = state.requests.get(request_id)
+        if request is None or request.phase != "in_flight":
+            return False  # reported; its completion event is still to come
+        if request.retry_at is None or request.retry_at <= now_ms:
+            return False  # mid-attempt
+    return True
+
+
 # ---------------------------------------------------------------- submit/query (L7-L10)
 
 
@@ -776,6 +813,60 @@ def recover(state: LedgerState) -> None:
                 )
             claims[canvas] = request.id
     state.claims = claims
+
+
+# ---------------------------------------------------------------- runs: start, continue-as-new
+
+
+@dataclass(frozen=True)
+class Start:
+    """What a run of the ledger starts from (see `read_start`)."""
+
+    config: LedgerConfig
+    ledger_id: str
+    state: LedgerState
+    # Why the start input is refused (the run fails once with it), None when it is not.
+    error: str | None = None
+
+
+def read_start(read: Callable[[], Any], workflow_id: str) -> Start:
+    """The start input as `read()` decodes it (ValueError when it cannot be decoded). A bad
+    input still gives settings, an ID and a state (defaults) with the `error` that names the
+    field. The ledger ID defaults to the workflow ID's (`ledger:<ledger_id>`)."""
+    error: str | None = None
+    try:
+        start = LedgerInput.model_validate(read() or {})
+    except ValidationError as invalid:
+        error = format_validation_error("OperationLedger input", invalid)
+        start = LedgerInput()
+    except ValueError as unreadable:
+        error = f"invalid OperationLedger input: {unreadable}"
+        start = LedgerInput()
+    config = LedgerConfig.model_validate(
+        {**start.model_dump(exclude={"carried_state"}), "ledger_id": start.ledger_id}
+    )
+    ledger_id = start.ledger_id or workflow_id.removeprefix(LEDGER_ID_PREFIX)
+    problem = id_problem("ledger_id", ledger_id)
+    if problem is not None:
+        error = error or f"invalid OperationLedger input: {problem}"
+        ledger_id = ledger_id[:100]
+    state = start.carried_state or LedgerState(ledger_id=ledger_id)
+    return Start(config, ledger_id, state, error)
+
+
+def next_run_input(state: LedgerState, config: LedgerConfig, ledger_id: str) -> LedgerInput:
+    """The input of the run that continues this one: its settings, ID and whole state.
+
+    `local_compile` is left out while off (the next run re-applies its default), so a run
+    continued by an upgraded worker still starts on a worker that does not know it yet (a
+    rolling upgrade).
+    """
+    left_out = {"ledger_id"}
+    if not config.local_compile:
+        left_out.add("local_compile")
+    return LedgerInput(
+        **config.model_dump(exclude=left_out), ledger_id=ledger_id, carried_state=state
+    )
 
 
 # ---------------------------------------------------------------- views

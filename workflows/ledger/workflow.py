@@ -37,13 +37,10 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import ValidationError
-
     from workflows import SANDBOXED
     from workflows.barrier import record_progress
     from workflows.ledger import (
         FROZEN_REQUEST_WORKFLOW,
-        LEDGER_ID_PREFIX,
         LEDGER_WORKFLOW,
         core,
         request_workflow_id,
@@ -52,14 +49,10 @@ with workflow.unsafe.imports_passed_through():
         EnqueueInput,
         EnqueueResult,
         FrozenRequestInput,
-        LedgerConfig,
-        LedgerInput,
-        LedgerState,
         RequestReport,
         SkipInput,
     )
     from workflows.ledger.request import FrozenRequestWorkflow, failure_message, now_ms
-    from workflows.limits import id_problem
     from workflows.search_attributes import LEDGER_ID
     from workflows.start_input import NO_INPUT, decode_start_input
 
@@ -94,26 +87,9 @@ class OperationLedgerWorkflow:
     def __init__(self, input: RawValue = NO_INPUT) -> None:
         # Decoded and validated here, not by the converter: a start input that fails to decode
         # would fail every workflow task; this way the ledger fails once, naming the field.
-        self._input_error: str | None = None
-        try:
-            start = LedgerInput.model_validate(decode_start_input(input) or {})
-        except ValidationError as error:
-            self._input_error = core.format_validation_error("OperationLedger input", error)
-            start = LedgerInput()
-        except ValueError as error:
-            self._input_error = f"invalid OperationLedger input: {error}"
-            start = LedgerInput()
-        workflow_id = workflow.info().workflow_id
-        default_id = workflow_id.removeprefix(LEDGER_ID_PREFIX)
-        self._config = LedgerConfig.model_validate(
-            {**start.model_dump(exclude={"carried_state"}), "ledger_id": start.ledger_id}
-        )
-        self._ledger_id = start.ledger_id or default_id
-        problem = id_problem("ledger_id", self._ledger_id)
-        if problem is not None:
-            self._input_error = self._input_error or f"invalid OperationLedger input: {problem}"
-            self._ledger_id = self._ledger_id[:100]
-        self._state = start.carried_state or LedgerState(ledger_id=self._ledger_id)
+        start = core.read_start(lambda: decode_start_input(input), workflow.info().workflow_id)
+        self._input_error = start.error
+        self._config, self._ledger_id, self._state = start.config, start.ledger_id, start.state
         self._recovery_error: str | None = None
         try:
             core.recover(self._state)  # L14: before anything is sent
@@ -150,27 +126,12 @@ class OperationLedgerWorkflow:
                 if self._final is None and self._ready_to_continue():
                     core.compact(self._state, self._config)
                     workflow.continue_as_new(
-                        LedgerInput(
-                            **self._config.model_dump(exclude=self._not_carried()),
-                            ledger_id=self._ledger_id,
-                            carried_state=self._state,
-                        )
+                        core.next_run_input(self._state, self._config, self._ledger_id)
                     )
             self._wake = False
             self._pump()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._final
-
-    def _not_carried(self) -> set[str]:
-        """Config fields the next run's input leaves out (it re-applies their defaults).
-
-        `local_compile` is left out while off, so a run continued by an upgraded worker still
-        starts on a worker that does not know it yet (a rolling upgrade).
-        """
-        left_out = {"ledger_id"}
-        if not self._config.local_compile:
-            left_out.add("local_compile")
-        return left_out
 
     def _history_due(self) -> bool:
         info = workflow.info()
@@ -200,14 +161,7 @@ class OperationLedgerWorkflow:
         """
         if self._state.stopped or self._final is not None:
             return True
-        now = now_ms()
-        for request_id in self._children:
-            request = self._state.requests.get(request_id)
-            if request is None or request.phase != "in_flight":
-                return False  # reported; its completion event is still to come
-            if request.retry_at is None or request.retry_at <= now:
-                return False  # mid-attempt
-        return True
+        return core.waiting_to_retry(self._state, self._children, now_ms())
 
     async def _wait_quiet(self) -> None:
         """Let in-flight attempts report before continuing as new (bounded: see `_quiet`)."""
@@ -292,19 +246,7 @@ class OperationLedgerWorkflow:
 
     async def _request_lifetime(self, request_id: str, me: asyncio.Task[Any] | None) -> None:
         """Start the request's child and wait for its end (reported by signal, or a failure)."""
-        request = self._state.requests[request_id]
-        child_input = FrozenRequestInput(
-            ledger_id=self._ledger_id,
-            request=request.body,
-            next_action=request.retry_action,
-            attempt=request.attempt,
-            launch=request.launch,
-            not_before=request.retry_at,
-            submit_activity=self._config.submit_activity,
-            query_activity=self._config.query_activity,
-            activity_task_queue=self._config.activity_task_queue,
-            retry=self._config.retry,
-        )
+        child_input = core.request_input(self._state, self._config, self._ledger_id, request_id)
         self._starting.add(request_id)
         try:
             handle = await self._start_child(request_id, child_input)
