@@ -45,8 +45,9 @@ def load_product(ledger_url: str) -> Product:
     except Exception as error:  # not written yet, or broken: bench the rest
         product.notes.append(f"schedule workflows unavailable: {type(error).__name__}: {error}")
     try:
-        module = importlib.import_module("workflows.ledger.workflow")
-        product.workflows += [module.OperationLedgerWorkflow, module.FrozenRequestWorkflow]
+        ledger = importlib.import_module("workflows.ledger.workflow")
+        request = importlib.import_module("workflows.ledger.request")
+        product.workflows += [ledger.OperationLedgerWorkflow, request.FrozenRequestWorkflow]
         product.ledger = True
     except Exception as error:
         product.notes.append(f"ledger workflows unavailable: {type(error).__name__}: {error}")

@@ -27,7 +27,8 @@ def workflow_runner() -> SandboxedWorkflowRunner:
 
 def all_workflows() -> list[type]:
     """Workflow classes registered on every worker."""
-    from workflows.ledger.workflow import FrozenRequestWorkflow, OperationLedgerWorkflow
+    from workflows.ledger.request import FrozenRequestWorkflow
+    from workflows.ledger.workflow import OperationLedgerWorkflow
     from workflows.schedule.run import ScheduledRunWorkflow
     from workflows.schedule.workflow import DurabilityScheduleWorkflow
 

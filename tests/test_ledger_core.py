@@ -18,6 +18,7 @@ from workflows.ledger.models import (
     RequestReport,
     RetryConfig,
 )
+from workflows.limits import MAX_ID_BYTES
 
 
 def intent(op_id: str, participants: list[Any], deps: list[str] | None = None, **extra: Any) -> Any:
@@ -400,6 +401,63 @@ def test_skip_refuses_unknown_resolved_and_in_flight_operations() -> None:
     finish(state, "r-b", "applied")
     with pytest.raises(core.LedgerInputError, match="already resolved"):
         core.check_skip(state, "b")
+
+
+def test_message_parsers_refuse_before_anything_is_recorded() -> None:
+    """Each message's parser raises LedgerInputError naming the field; a stopped ledger
+    refuses hold, resume and stop as LedgerStopped (the class name is the rejection type)."""
+    state = fresh(intent("a", ["c1"]))
+    core.hold(state, "t1")
+    assert core.validate_release(state, {"token": "t1"}).token == "t1"
+    assert core.parse_release({"token": "t9"}).token == "t9"  # held or not: the signal's check
+    with pytest.raises(core.LedgerInputError, match="token 't9' is not held"):
+        core.validate_release(state, {"token": "t9"})
+    with pytest.raises(core.LedgerInputError, match=r"^invalid release input: token: "):
+        core.parse_release({"token": 5})
+    assert core.validate_skip(state, {"operation_id": "a"}).reason == "skipped"
+    with pytest.raises(core.LedgerInputError, match=r"^invalid skip input: extra: "):
+        core.validate_skip(state, {"operation_id": "a", "extra": 1})
+    with pytest.raises(core.LedgerInputError, match="'zz' is not known"):
+        core.validate_skip(state, {"operation_id": "zz"})
+    core.validate_empty(state, "resume", None)
+    with pytest.raises(core.LedgerInputError, match=r"^invalid resume input: "):
+        core.validate_empty(state, "resume", "not an object")
+    with pytest.raises(core.LedgerInputError, match=r"^invalid request report: "):
+        core.parse_report({"request_id": "r"})
+    state.stopped = True
+    for refuse in (
+        lambda: core.check_running(state),
+        lambda: core.validate_empty(state, "stop", {}),
+    ):
+        with pytest.raises(core.LedgerStopped, match=r"^ledger is stopped$"):
+            refuse()
+    # Not LedgerStopped: a stopped ledger refuses an enqueue as bad input.
+    with pytest.raises(core.LedgerInputError, match="stopped: enqueue refused") as refused:
+        core.validate_enqueue(state, {"operations": [intent("b", ["c2"])]})
+    assert type(refused.value) is core.LedgerInputError
+
+
+def test_start_input_and_the_next_runs_input() -> None:
+    start = core.read_start(lambda: None, "ledger:from-id")
+    assert (start.ledger_id, start.state.ledger_id, start.error) == ("from-id", "from-id", None)
+    bad = core.read_start(lambda: {"concurrency": 0}, "ledger:x")
+    assert bad.error is not None and bad.error.startswith("invalid OperationLedger input: ")
+    assert "concurrency" in bad.error
+
+    def unreadable() -> Any:
+        raise ValueError("the input cannot be decoded: nope")
+
+    assert core.read_start(unreadable, "ledger:x").error == (
+        "invalid OperationLedger input: the input cannot be decoded: nope"
+    )
+    too_long = core.read_start(lambda: None, "ledger:" + "i" * (MAX_ID_BYTES + 1))
+    assert "ledger_id is" in (too_long.error or "")
+    state = fresh(intent("a", ["c1"]))
+    after = core.next_run_input(state, LedgerConfig(concurrency=3), "L")
+    assert (after.ledger_id, after.concurrency, after.carried_state) == ("L", 3, state)
+    assert "local_compile" not in after.model_dump(exclude_unset=True)
+    kept = core.next_run_input(state, LedgerConfig(local_compile=True), "L")
+    assert kept.model_dump(exclude_unset=True)["local_compile"] is True
 
 
 def test_recovery_refuses_two_unresolved_requests_on_one_canvas() -> None:

@@ -1,7 +1,9 @@
 """Replay recorded ledger histories with the current code: a nondeterministic change fails here.
 
 Re-record after an intended, patched change with
-`DURABILITY_RECORD_HISTORIES=1 .venv/bin/python -m pytest tests/test_ledger_workflow.py`.
+`DURABILITY_RECORD_HISTORIES=1 .venv/bin/python -m pytest tests/test_ledger_workflow.py
+tests/test_ledger_local_compile.py` (every test that calls `record_history`: blocked_resume,
+continue_as_new, continue_as_new_quiet, request_retry_after; local_compile).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import pytest
 from temporalio.client import WorkflowHistory
 
 from tests.helpers import production_replayer
-from workflows.ledger.workflow import FrozenRequestWorkflow, OperationLedgerWorkflow
+from workflows.ledger.request import FrozenRequestWorkflow
+from workflows.ledger.workflow import OperationLedgerWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("ledger_*.json"))
 

@@ -20,7 +20,8 @@ from temporalio.worker import Worker
 from activities.ledger import ledger_activities
 from durability.registry import workflow_runner
 from tests.helpers import cache_options
-from workflows.ledger.workflow import FrozenRequestWorkflow, OperationLedgerWorkflow
+from workflows.ledger.request import FrozenRequestWorkflow
+from workflows.ledger.workflow import OperationLedgerWorkflow
 
 Answer = tuple[int, dict[str, str], Any]
 # (method, request_id, how many times this method was called for this request) -> answer

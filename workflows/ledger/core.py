@@ -35,29 +35,36 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workflows.budget import STATE_BUDGET_BYTES
+from workflows.ledger import LEDGER_ID_PREFIX
 from workflows.ledger.models import (
     MAX_BATCH_BYTES,
     MAX_PAYLOAD_BYTES,
+    EmptyInput,
     EnqueueInput,
     EnqueueResult,
+    FrozenRequestInput,
     LedgerConfig,
+    LedgerInput,
     LedgerState,
     OperationIntent,
     OperationPhase,
     OperationRecord,
+    ReleaseInput,
     RequestAction,
     RequestRecord,
     RequestReport,
     RequestStatus,
     RetryConfig,
+    SkipInput,
 )
-from workflows.limits import MAX_JSON_DEPTH, json_depth
+from workflows.limits import MAX_JSON_DEPTH, id_problem, json_depth
 
 MISSING_PARTICIPANTS = "missing_participants"
 PARTICIPANT_MISMATCH = "participant_mismatch"
@@ -81,6 +88,11 @@ MAX_BACKOFF_EXPONENT = 6
 
 class LedgerInputError(ValueError):
     """Input rejected before anything is recorded; the message names the field and value."""
+
+
+class LedgerStopped(LedgerInputError):
+    """A message a stopped ledger no longer takes (`hold`, `resume`, `stop`); the class name is
+    the rejection type clients see."""
 
 
 class RecoveryConflictError(RuntimeError):
@@ -221,6 +233,12 @@ def _find_cycle(state: LedgerState, new: dict[str, OperationIntent]) -> list[str
                 on_path.discard(node)
                 done.add(node)
     return None
+
+
+# Each message's payload is parsed by one function below (`validate_*` when the state can refuse
+# it too), before anything is recorded: `LedgerInputError` (or `LedgerStopped`) names what is
+# wrong. The shell turns it into the update's rejection, typed by the error's class name, or
+# drops the signal of the same name.
 
 
 def validate_enqueue(state: LedgerState, raw: Any) -> EnqueueInput:
@@ -495,6 +513,39 @@ def mark_launched(state: LedgerState, request_id: str) -> RequestRecord:
     return request
 
 
+def request_input(
+    state: LedgerState, config: LedgerConfig, ledger_id: str, request_id: str
+) -> FrozenRequestInput:
+    """The start input of a request's `FrozenRequest` loop: the ledger it reports to, its
+    frozen body, where the loop resumes (recorded next action, attempt, retry time) and the
+    activities it calls."""
+    request = state.requests[request_id]
+    return FrozenRequestInput(
+        ledger_id=ledger_id,
+        request=request.body,
+        next_action=request.retry_action,
+        attempt=request.attempt,
+        launch=request.launch,
+        not_before=request.retry_at,
+        submit_activity=config.submit_activity,
+        query_activity=config.query_activity,
+        activity_task_queue=config.activity_task_queue,
+        retry=config.retry,
+    )
+
+
+def waiting_to_retry(state: LedgerState, request_ids: Iterable[str], now_ms: int) -> bool:
+    """Each of these requests is in flight and sleeping until a retry: none is mid-attempt
+    and none has reported its end (its loop's completion still to come)."""
+    for request_id in request_ids:
+        request = state.requests.get(request_id)
+        if request is None or request.phase != "in_flight":
+            return False  # reported; its completion event is still to come
+        if request.retry_at is None or request.retry_at <= now_ms:
+            return False  # mid-attempt
+    return True
+
+
 # ---------------------------------------------------------------- submit/query (L7-L10)
 
 
@@ -644,6 +695,55 @@ def resume(state: LedgerState, config: LedgerConfig) -> list[str]:
     return touched
 
 
+def check_running(state: LedgerState) -> None:
+    """`hold`, `resume` and `stop` are refused by a stopped ledger."""
+    if state.stopped:
+        raise LedgerStopped("ledger is stopped")
+
+
+def validate_empty(state: LedgerState, message: str, raw: Any) -> EmptyInput:
+    """`resume` / `stop`: `{}` (or nothing) on a running ledger."""
+    check_running(state)
+    try:
+        return EmptyInput.model_validate({} if raw is None else raw)
+    except ValidationError as error:
+        raise LedgerInputError(format_validation_error(f"{message} input", error)) from None
+
+
+def parse_release(raw: Any) -> ReleaseInput:
+    """`release`: `{"token": str}`. As a signal, a token not held is dropped when released."""
+    try:
+        return ReleaseInput.model_validate(raw)
+    except ValidationError as error:
+        raise LedgerInputError(format_validation_error("release input", error)) from None
+
+
+def validate_release(state: LedgerState, raw: Any) -> ReleaseInput:
+    """`release` as an update: the token must be one currently held."""
+    release = parse_release(raw)
+    if release.token not in state.holds:
+        raise LedgerInputError(f"invalid release input: token {release.token!r:.80} is not held")
+    return release
+
+
+def validate_skip(state: LedgerState, raw: Any) -> SkipInput:
+    """`skip`: `{"operation_id", "reason"?}` naming an operation `check_skip` allows."""
+    try:
+        parsed = SkipInput.model_validate(raw)
+    except ValidationError as error:
+        raise LedgerInputError(format_validation_error("skip input", error)) from None
+    check_skip(state, parsed.operation_id)
+    return parsed
+
+
+def parse_report(raw: Any) -> RequestReport:
+    """A `FrozenRequest`'s report (its `request_progress` / `request_finished`, its result)."""
+    try:
+        return RequestReport.model_validate(raw)
+    except ValidationError as error:
+        raise LedgerInputError(format_validation_error("request report", error)) from None
+
+
 def check_skip(state: LedgerState, op_id: str) -> OperationRecord:
     """A skip is allowed for a known operation that is pending or blocked and not in flight."""
     record = state.operations.get(op_id)
@@ -713,6 +813,60 @@ def recover(state: LedgerState) -> None:
                 )
             claims[canvas] = request.id
     state.claims = claims
+
+
+# ---------------------------------------------------------------- runs: start, continue-as-new
+
+
+@dataclass(frozen=True)
+class Start:
+    """What a run of the ledger starts from (see `read_start`)."""
+
+    config: LedgerConfig
+    ledger_id: str
+    state: LedgerState
+    # Why the start input is refused (the run fails once with it), None when it is not.
+    error: str | None = None
+
+
+def read_start(read: Callable[[], Any], workflow_id: str) -> Start:
+    """The start input as `read()` decodes it (ValueError when it cannot be decoded). A bad
+    input still gives settings, an ID and a state (defaults) with the `error` that names the
+    field. The ledger ID defaults to the workflow ID's (`ledger:<ledger_id>`)."""
+    error: str | None = None
+    try:
+        start = LedgerInput.model_validate(read() or {})
+    except ValidationError as invalid:
+        error = format_validation_error("OperationLedger input", invalid)
+        start = LedgerInput()
+    except ValueError as unreadable:
+        error = f"invalid OperationLedger input: {unreadable}"
+        start = LedgerInput()
+    config = LedgerConfig.model_validate(
+        {**start.model_dump(exclude={"carried_state"}), "ledger_id": start.ledger_id}
+    )
+    ledger_id = start.ledger_id or workflow_id.removeprefix(LEDGER_ID_PREFIX)
+    problem = id_problem("ledger_id", ledger_id)
+    if problem is not None:
+        error = error or f"invalid OperationLedger input: {problem}"
+        ledger_id = ledger_id[:100]
+    state = start.carried_state or LedgerState(ledger_id=ledger_id)
+    return Start(config, ledger_id, state, error)
+
+
+def next_run_input(state: LedgerState, config: LedgerConfig, ledger_id: str) -> LedgerInput:
+    """The input of the run that continues this one: its settings, ID and whole state.
+
+    `local_compile` is left out while off (the next run re-applies its default), so a run
+    continued by an upgraded worker still starts on a worker that does not know it yet (a
+    rolling upgrade).
+    """
+    left_out = {"ledger_id"}
+    if not config.local_compile:
+        left_out.add("local_compile")
+    return LedgerInput(
+        **config.model_dump(exclude=left_out), ledger_id=ledger_id, carried_state=state
+    )
 
 
 # ---------------------------------------------------------------- views

@@ -1,16 +1,15 @@
-"""Temporal shell of the operation ledger: `OperationLedger` and its `FrozenRequest` children.
+"""Temporal shell of the operation ledger: `OperationLedger` (its `FrozenRequest` children are
+in `workflows.ledger.request`; imported here too, as before).
 
 All decisions live in `workflows.ledger.core`; this module only moves messages, activity
 results and child reports into it, and turns its plans into activities and children.
 
 - Event history is the ledger: the compile activity's result and the frozen request are in
   history/state before the `FrozenRequest` child (which alone sends anything) starts (L6).
-- Each `FrozenRequest` owns its submit/query loop on durable timers (L7, L8). It reports to
-  `ledger:<ledger_id>` by signal (`request_progress` for non-final attempts, `request_finished`
-  for the end; no run ID, so a report reaches the current run after continue-as-new).
-  Children are started with parent-close policy ABANDON: continue-as-new never terminates a
-  request in flight. The ledger run that started a child also awaits its completion, only to
-  notice a child that ended without reporting (failed, terminated).
+- Each request's child reports to this ledger by signal (`request_progress`,
+  `request_finished`). Children are started with parent-close policy ABANDON: continue-as-new
+  never terminates a request in flight. The ledger run that started a child also awaits its
+  completion, only to notice a child that ended without reporting (failed, terminated).
 - A workflow task that applies a completion which changes the ledger's state always sends a
   command (`workflows.barrier`), so an update is never folded into that task by a cold worker.
 - With `local_compile`, compile is a local activity: its result (a marker) is recorded in the
@@ -23,13 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import (
-    ActivityError,
     ApplicationError,
     ChildWorkflowError,
     FailureError,
@@ -38,72 +37,46 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import ValidationError
-
     from workflows import SANDBOXED
     from workflows.barrier import record_progress
     from workflows.ledger import (
         FROZEN_REQUEST_WORKFLOW,
-        LEDGER_ID_PREFIX,
         LEDGER_WORKFLOW,
         core,
-        ledger_workflow_id,
         request_workflow_id,
     )
     from workflows.ledger.models import (
-        EmptyInput,
+        EnqueueInput,
         EnqueueResult,
         FrozenRequestInput,
-        LedgerConfig,
-        LedgerInput,
-        LedgerState,
-        ReleaseInput,
         RequestReport,
         SkipInput,
     )
-    from workflows.limits import id_problem
+    from workflows.ledger.request import FrozenRequestWorkflow, failure_message, now_ms
     from workflows.search_attributes import LEDGER_ID
     from workflows.start_input import NO_INPUT, decode_start_input
 
 COMPILE_TIMEOUT = timedelta(seconds=60)
 COMPILE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3)
-# The FrozenRequest loop owns retries (L7, L8): one activity attempt per submit/query.
-SEND_RETRY = RetryPolicy(maximum_attempts=1)
 # Continue-as-new at this many events even if Temporal has not suggested it yet.
 SAFETY_CAP_EVENTS = 10_000
-# A FrozenRequest continues-as-new after this many non-final attempts (bounded history).
-REQUEST_ATTEMPTS_PER_RUN = 200
 CHILD_START_TRIES = 60
 # Before continue-as-new, wait this long at most for attempts in flight to report (`_quiet`).
 QUIET_BEFORE_CONTINUE = timedelta(seconds=1)
 
-# Register these workflows with `durability.registry.workflow_runner()` (worker.py and the bench
-# do): without our packages passed through, the sandbox re-imports (and, without bytecode
-# caches, recompiles) this module for every new workflow instance, one per frozen request,
-# ~28 ms of the worker's event loop each: 40-50% of the worker's CPU in the ledger bench.
+__all__ = ["FrozenRequestWorkflow", "OperationLedgerWorkflow"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
-def _now_ms() -> int:
-    return int(workflow.now().timestamp() * 1000)
-
-
-def _failure_message(error: BaseException) -> str:
-    """The innermost failure's message (an activity's ApplicationError, a timeout...)."""
-    cause: BaseException = error
-    while isinstance(cause, FailureError) and cause.cause is not None:
-        cause = cause.cause
-    return str(cause) or type(cause).__name__
-
-
-def _raise_if_cancel_requested() -> None:
-    """A cancel that arrives while an operation completes anyway (a signal already delivered,
-    an activity already finished) is absorbed by that operation; stop here instead."""
-    if workflow.cancellation_reason() is not None:
-        raise asyncio.CancelledError("cancel requested")
-
-
-def _reject(error: Exception) -> ApplicationError:
-    return ApplicationError(str(error), type=type(error).__name__, non_retryable=True)
+def _for_update(parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`parse(*args)` for an update's validator or handler (or a query): a refusal becomes the
+    rejection, typed by the refusal's class (`LedgerInputError`, `LedgerStopped`)."""
+    try:
+        return parse(*args, **kwargs)
+    except core.LedgerInputError as error:
+        raise ApplicationError(str(error), type=type(error).__name__, non_retryable=True) from None
 
 
 @workflow.defn(name=LEDGER_WORKFLOW, sandboxed=SANDBOXED)
@@ -114,26 +87,9 @@ class OperationLedgerWorkflow:
     def __init__(self, input: RawValue = NO_INPUT) -> None:
         # Decoded and validated here, not by the converter: a start input that fails to decode
         # would fail every workflow task; this way the ledger fails once, naming the field.
-        self._input_error: str | None = None
-        try:
-            start = LedgerInput.model_validate(decode_start_input(input) or {})
-        except ValidationError as error:
-            self._input_error = core.format_validation_error("OperationLedger input", error)
-            start = LedgerInput()
-        except ValueError as error:
-            self._input_error = f"invalid OperationLedger input: {error}"
-            start = LedgerInput()
-        workflow_id = workflow.info().workflow_id
-        default_id = workflow_id.removeprefix(LEDGER_ID_PREFIX)
-        self._config = LedgerConfig.model_validate(
-            {**start.model_dump(exclude={"carried_state"}), "ledger_id": start.ledger_id}
-        )
-        self._ledger_id = start.ledger_id or default_id
-        problem = id_problem("ledger_id", self._ledger_id)
-        if problem is not None:
-            self._input_error = self._input_error or f"invalid OperationLedger input: {problem}"
-            self._ledger_id = self._ledger_id[:100]
-        self._state = start.carried_state or LedgerState(ledger_id=self._ledger_id)
+        start = core.read_start(lambda: decode_start_input(input), workflow.info().workflow_id)
+        self._input_error = start.error
+        self._config, self._ledger_id, self._state = start.config, start.ledger_id, start.state
         self._recovery_error: str | None = None
         try:
             core.recover(self._state)  # L14: before anything is sent
@@ -170,27 +126,12 @@ class OperationLedgerWorkflow:
                 if self._final is None and self._ready_to_continue():
                     core.compact(self._state, self._config)
                     workflow.continue_as_new(
-                        LedgerInput(
-                            **self._config.model_dump(exclude=self._not_carried()),
-                            ledger_id=self._ledger_id,
-                            carried_state=self._state,
-                        )
+                        core.next_run_input(self._state, self._config, self._ledger_id)
                     )
             self._wake = False
             self._pump()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._final
-
-    def _not_carried(self) -> set[str]:
-        """Config fields the next run's input leaves out (it re-applies their defaults).
-
-        `local_compile` is left out while off, so a run continued by an upgraded worker still
-        starts on a worker that does not know it yet (a rolling upgrade).
-        """
-        left_out = {"ledger_id"}
-        if not self._config.local_compile:
-            left_out.add("local_compile")
-        return left_out
 
     def _history_due(self) -> bool:
         info = workflow.info()
@@ -220,14 +161,7 @@ class OperationLedgerWorkflow:
         """
         if self._state.stopped or self._final is not None:
             return True
-        now = _now_ms()
-        for request_id in self._children:
-            request = self._state.requests.get(request_id)
-            if request is None or request.phase != "in_flight":
-                return False  # reported; its completion event is still to come
-            if request.retry_at is None or request.retry_at <= now:
-                return False  # mid-attempt
-        return True
+        return core.waiting_to_retry(self._state, self._children, now_ms())
 
     async def _wait_quiet(self) -> None:
         """Let in-flight attempts report before continuing as new (bounded: see `_quiet`)."""
@@ -274,7 +208,7 @@ class OperationLedgerWorkflow:
             if is_cancelled_exception(error):
                 core.abandon_dispatch(self._state, op_id)
                 raise
-            core.block_compile(self._state, op_id, _failure_message(error))
+            core.block_compile(self._state, op_id, failure_message(error))
             compiled = None
         except asyncio.CancelledError:
             core.abandon_dispatch(self._state, op_id)
@@ -312,19 +246,7 @@ class OperationLedgerWorkflow:
 
     async def _request_lifetime(self, request_id: str, me: asyncio.Task[Any] | None) -> None:
         """Start the request's child and wait for its end (reported by signal, or a failure)."""
-        request = self._state.requests[request_id]
-        child_input = FrozenRequestInput(
-            ledger_id=self._ledger_id,
-            request=request.body,
-            next_action=request.retry_action,
-            attempt=request.attempt,
-            launch=request.launch,
-            not_before=request.retry_at,
-            submit_activity=self._config.submit_activity,
-            query_activity=self._config.query_activity,
-            activity_task_queue=self._config.activity_task_queue,
-            retry=self._config.retry,
-        )
+        child_input = core.request_input(self._state, self._config, self._ledger_id, request_id)
         self._starting.add(request_id)
         try:
             handle = await self._start_child(request_id, child_input)
@@ -348,10 +270,11 @@ class OperationLedgerWorkflow:
             )
             return
         try:
-            if core.record_finished(self._state, RequestReport.model_validate(result)):
-                core.compact(self._state, self._config)
-        except ValidationError:
+            report = core.parse_report(result)
+        except core.LedgerInputError:
             workflow.logger.warning("request %s returned %r", request_id, result)
+            return
+        self._finished(report)
 
     def _record_progress(self) -> None:
         """See `workflows.barrier`: this workflow task sends a command, the status memo."""
@@ -375,37 +298,48 @@ class OperationLedgerWorkflow:
                 await workflow.sleep(timedelta(seconds=1))
         return None
 
+    # ------------------------------------------------------------ messages
+    # Every payload is parsed by its `core` function before anything is recorded. An update's
+    # validator turns a refusal into its rejection (`_for_update`); a signal of the same name
+    # is dropped instead (`_for_signal`). Both then apply it the same way.
+
+    def _for_signal(
+        self, name: str, parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+    ) -> T | None:
+        """`parse(*args)` for a signal; None when refused: the signal is dropped."""
+        try:
+            return parse(*args, **kwargs)
+        except core.LedgerInputError as error:
+            self._drop(name, error)
+            return None
+
+    def _drop(self, name: str, error: Exception) -> None:
+        self._state.dropped_signals += 1
+        workflow.logger.warning("dropped %s signal: %s", name, error)
+
     # ------------------------------------------------------------ enqueue (L2)
 
     @workflow.update(name="enqueue")
     async def enqueue(self, raw: Any = None) -> EnqueueResult:
         """Record intents; returns accepted and duplicate IDs once recorded."""
-        try:
-            batch = core.validate_enqueue(self._state, raw)
-        except core.LedgerInputError as error:
-            raise _reject(error) from None
-        result = core.enqueue(self._state, batch, self._config)
-        self._wake = True
-        return result
+        return self._enqueue(_for_update(core.validate_enqueue, self._state, raw))
 
     @enqueue.validator
     def validate_enqueue(self, raw: Any = None) -> None:
         """Reject malformed intents, repeated IDs, cycles; nothing is recorded."""
-        try:
-            core.validate_enqueue(self._state, raw)
-        except core.LedgerInputError as error:
-            raise _reject(error) from None
+        _for_update(core.validate_enqueue, self._state, raw)
 
     @workflow.signal(name="enqueue")
     def enqueue_signal(self, raw: Any = None) -> None:
-        """`enqueue` as a signal: bad input is logged, counted and dropped."""
-        try:
-            batch = core.validate_enqueue(self._state, raw)
-        except core.LedgerInputError as error:
-            self._drop("enqueue", error)
-            return
-        core.enqueue(self._state, batch, self._config)
+        """`enqueue` as a signal."""
+        batch = self._for_signal("enqueue", core.validate_enqueue, self._state, raw)
+        if batch is not None:
+            self._enqueue(batch)
+
+    def _enqueue(self, batch: EnqueueInput) -> EnqueueResult:
+        result = core.enqueue(self._state, batch, self._config)
         self._wake = True
+        return result
 
     # ------------------------------------------------------------ hold / release (L12)
 
@@ -419,117 +353,75 @@ class OperationLedgerWorkflow:
     @hold.validator
     def validate_hold(self, raw: Any = None) -> None:
         """A stopped ledger takes no holds."""
-        if self._state.stopped:
-            raise ApplicationError("ledger is stopped", type="LedgerStopped", non_retryable=True)
+        _for_update(core.check_running, self._state)
 
     @workflow.update(name="release")
     async def release(self, raw: Any = None) -> bool:
         """Release one hold token."""
-        released = core.release(self._state, self._parse_release(raw).token)
-        self._wake = True
-        return released
+        return self._release(_for_update(core.parse_release, raw).token)
 
     @release.validator
     def validate_release(self, raw: Any = None) -> None:
         """The token must be one currently held."""
-        token = self._parse_release(raw).token
-        if token not in self._state.holds:
-            raise _reject(
-                core.LedgerInputError(f"invalid release input: token {token!r:.80} is not held")
-            )
+        _for_update(core.validate_release, self._state, raw)
 
     @workflow.signal(name="release")
     def release_signal(self, raw: Any = None) -> None:
-        """`release` as a signal."""
-        try:
-            token = self._parse_release(raw).token
-        except ApplicationError as error:
-            self._drop("release", error)
-            return
-        if not core.release(self._state, token):
-            self._drop("release", ValueError(f"token {token!r:.80} is not held"))
-        self._wake = True
+        """`release` as a signal; a token not held is dropped too."""
+        release = self._for_signal("release", core.parse_release, raw)
+        if release is not None and not self._release(release.token):
+            self._drop("release", ValueError(f"token {release.token!r:.80} is not held"))
 
-    def _parse_release(self, raw: Any) -> ReleaseInput:
-        try:
-            return ReleaseInput.model_validate(raw)
-        except ValidationError as error:
-            raise _reject(
-                core.LedgerInputError(core.format_validation_error("release input", error))
-            ) from None
+    def _release(self, token: str) -> bool:
+        released = core.release(self._state, token)
+        self._wake = True
+        return released
 
     # ------------------------------------------------------------ resume (L13) / skip
 
     @workflow.update(name="resume")
     async def resume(self, raw: Any = None) -> dict[str, list[str]]:
         """Retry blocked requests with their frozen body and re-examine every operation."""
-        touched = core.resume(self._state, self._config)
-        self._wake = True
-        return {"resumed": touched}
+        return {"resumed": self._resume()}
 
     @resume.validator
     def validate_resume(self, raw: Any = None) -> None:
         """`{}` on a running ledger."""
-        self._check_empty("resume", raw)
+        _for_update(core.validate_empty, self._state, "resume", raw)
 
     @workflow.signal(name="resume")
     def resume_signal(self, raw: Any = None) -> None:
         """`resume` as a signal."""
-        try:
-            self._check_empty("resume", raw)
-        except ApplicationError as error:
-            self._drop("resume", error)
-            return
-        core.resume(self._state, self._config)
+        if self._for_signal("resume", core.validate_empty, self._state, "resume", raw) is not None:
+            self._resume()
+
+    def _resume(self) -> list[str]:
+        touched = core.resume(self._state, self._config)
         self._wake = True
+        return touched
 
     @workflow.update(name="skip")
     async def skip(self, raw: Any = None) -> bool:
         """Resolve a stuck operation as `skipped`; its dependents proceed (see core)."""
-        parsed = self._parse_skip(raw)
-        core.skip(self._state, parsed.operation_id, parsed.reason)
-        core.compact(self._state, self._config)
-        self._wake = True
+        self._skip(_for_update(core.validate_skip, self._state, raw))
         return True
 
     @skip.validator
     def validate_skip(self, raw: Any = None) -> None:
         """Known, unresolved, not in flight."""
-        self._parse_skip(raw)
+        _for_update(core.validate_skip, self._state, raw)
 
     @workflow.signal(name="skip")
     def skip_signal(self, raw: Any = None) -> None:
         """`skip` as a signal."""
-        try:
-            parsed = self._parse_skip(raw)
-        except ApplicationError as error:
-            self._drop("skip", error)
-            return
+        parsed = self._for_signal("skip", core.validate_skip, self._state, raw)
+        if parsed is not None:
+            self._skip(parsed)
+
+    def _skip(self, parsed: SkipInput) -> None:
         core.skip(self._state, parsed.operation_id, parsed.reason)
         core.compact(self._state, self._config)
         self._wake = True
-
-    def _parse_skip(self, raw: Any) -> SkipInput:
-        try:
-            parsed = SkipInput.model_validate(raw)
-            core.check_skip(self._state, parsed.operation_id)
-        except ValidationError as error:
-            raise _reject(
-                core.LedgerInputError(core.format_validation_error("skip input", error))
-            ) from None
-        except core.LedgerInputError as error:
-            raise _reject(error) from None
-        return parsed
-
-    def _check_empty(self, name: str, raw: Any) -> None:
-        if self._state.stopped:
-            raise ApplicationError("ledger is stopped", type="LedgerStopped", non_retryable=True)
-        try:
-            EmptyInput.model_validate({} if raw is None else raw)
-        except ValidationError as error:
-            raise _reject(
-                core.LedgerInputError(core.format_validation_error(f"{name} input", error))
-            ) from None
 
     # ------------------------------------------------------------ stop
 
@@ -561,35 +453,30 @@ class OperationLedgerWorkflow:
     @stop.validator
     def validate_stop(self, raw: Any = None) -> None:
         """`{}`, once."""
-        self._check_empty("stop", raw)
+        _for_update(core.validate_empty, self._state, "stop", raw)
 
     # ------------------------------------------------------------ child reports
 
     @workflow.signal(name="request_progress")
     def request_progress(self, raw: Any = None) -> None:
         """A non-final attempt of a frozen request (attempt, retry_at, next action)."""
-        report = self._parse_report("request_progress", raw)
+        report = self._for_signal("request_progress", core.parse_report, raw)
         if report is not None:
             core.record_progress(self._state, report)
 
     @workflow.signal(name="request_finished")
     def request_finished(self, raw: Any = None) -> None:
         """A frozen request resolved or blocked."""
-        report = self._parse_report("request_finished", raw)
-        if report is not None and core.record_finished(self._state, report):
-            core.compact(self._state, self._config)
+        report = self._for_signal("request_finished", core.parse_report, raw)
+        if report is not None and self._finished(report):
             self._wake = True
 
-    def _parse_report(self, name: str, raw: Any) -> RequestReport | None:
-        try:
-            return RequestReport.model_validate(raw)
-        except ValidationError as error:
-            self._drop(name, error)
-            return None
-
-    def _drop(self, name: str, error: Exception) -> None:
-        self._state.dropped_signals += 1
-        workflow.logger.warning("dropped %s signal: %s", name, error)
+    def _finished(self, report: RequestReport) -> bool:
+        """A request's end, reported by its signal or its child's result (whichever is first)."""
+        if not core.record_finished(self._state, report):
+            return False
+        core.compact(self._state, self._config)
+        return True
 
     # ------------------------------------------------------------ queries
 
@@ -597,109 +484,9 @@ class OperationLedgerWorkflow:
     def snapshot(self, raw: Any = None) -> dict[str, Any]:
         """One page of operations with their requests, counts per phase, claims, holds.
         Optional argument: `{"phase", "after", "limit"}` (see `core.SnapshotQuery`)."""
-        try:
-            query = core.parse_snapshot_query(raw)
-        except core.LedgerInputError as error:
-            raise _reject(error) from None
-        return core.snapshot(self._state, query)
+        return core.snapshot(self._state, _for_update(core.parse_snapshot_query, raw))
 
     @workflow.query(name="claims")
     def claims(self) -> dict[str, str]:
         """`{canvas_id: request_id}`."""
         return dict(self._state.claims)
-
-
-@workflow.defn(name=FROZEN_REQUEST_WORKFLOW, sandboxed=SANDBOXED)
-class FrozenRequestWorkflow:
-    """Submit, then query, one frozen request until it resolves or blocks (L7-L10).
-
-    The request body never changes; every call carries it whole, with its idempotency key.
-    Every report goes to the ledger by signal; the final report is also the result.
-    """
-
-    @workflow.run
-    async def run(self, input: Any) -> dict[str, Any]:
-        """The loop; returns (and signals to the ledger) the final report."""
-        # Validated here, not by the converter: started by hand with a bad input, the request
-        # fails once, naming the field, instead of failing every workflow task.
-        try:
-            input = FrozenRequestInput.model_validate(input)
-        except ValidationError as error:
-            raise ApplicationError(
-                core.format_validation_error("FrozenRequest input", error),
-                type="InvalidFrozenRequestInput",
-                non_retryable=True,
-            ) from None
-        request_id = str(input.request["id"])
-        ledger = workflow.get_external_workflow_handle(ledger_workflow_id(input.ledger_id))
-        if input.not_before is not None and input.not_before > _now_ms():
-            await workflow.sleep(timedelta(milliseconds=input.not_before - _now_ms()))
-        action = input.next_action
-        attempt = input.attempt
-        for _ in range(REQUEST_ATTEMPTS_PER_RUN):
-            name = input.submit_activity if action == "submit" else input.query_activity
-            try:
-                raw: Any = await workflow.execute_activity(
-                    name,
-                    input.request,
-                    task_queue=input.activity_task_queue,
-                    start_to_close_timeout=timedelta(milliseconds=input.activity_timeout_ms),
-                    retry_policy=SEND_RETRY,
-                    summary=f"{action} {request_id}",
-                )
-            except ActivityError as error:
-                if is_cancelled_exception(error):
-                    raise  # stopped: the loop ends here, not with a retry
-                raw = {"outcome": "unresolved", "error": f"transport: {_failure_message(error)}"}
-            _raise_if_cancel_requested()
-            attempt += 1
-            step = core.next_step(action, raw, attempt, input.retry, _now_ms())
-            status = step.status.model_dump(mode="json", exclude_none=True)
-            if step.result != "retry":
-                report = RequestReport(
-                    request_id=request_id,
-                    phase="resolved" if step.result == "resolved" else "blocked",
-                    status=status,
-                    attempt=attempt,
-                    next_action=step.next_action,
-                    launch=input.launch,
-                )
-                await self._tell(ledger, "request_finished", report)
-                return report.model_dump(mode="json")
-            progress = RequestReport(
-                request_id=request_id,
-                phase="in_flight",
-                status=status,
-                attempt=attempt,
-                next_action=step.next_action,
-                retry_at=step.retry_at,
-                launch=input.launch,
-            )
-            if not await self._tell(ledger, "request_progress", progress):
-                # The ledger completed (stop) and recorded this request as frozen: send no more.
-                return progress.model_dump(mode="json")
-            _raise_if_cancel_requested()
-            await workflow.sleep(timedelta(milliseconds=step.delay_ms))
-            action = step.next_action
-        workflow.continue_as_new(
-            input.model_copy(
-                update={
-                    "next_action": action,
-                    "attempt": attempt,
-                    "not_before": None,
-                }
-            )
-        )
-
-    async def _tell(
-        self, ledger: workflow.ExternalWorkflowHandle[Any], name: str, report: RequestReport
-    ) -> bool:
-        """Signal the ledger; False when it is closed (stopped): nothing is left to report to."""
-        try:
-            await ledger.signal(name, report.model_dump(mode="json"))
-        except FailureError as error:
-            if is_cancelled_exception(error):
-                raise  # this request is being cancelled (stop): not a delivery problem
-            workflow.logger.warning("cannot report %s to the ledger: %s", name, error)
-            return False
-        return True

@@ -1,0 +1,150 @@
+"""Temporal shell of one frozen request: the `FrozenRequest` child of `OperationLedger`.
+
+It owns its request's submit/query loop on durable timers (L7, L8); `core.next_step` decides
+every step. It reports to `ledger:<ledger_id>` by signal (`request_progress` for non-final
+attempts, `request_finished` for the end; no run ID, so a report reaches the current run after
+continue-as-new), and its final report is also its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    FailureError,
+    is_cancelled_exception,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
+    from workflows import SANDBOXED
+    from workflows.ledger import FROZEN_REQUEST_WORKFLOW, core, ledger_workflow_id
+    from workflows.ledger.models import FrozenRequestInput, RequestReport
+
+# The FrozenRequest loop owns retries (L7, L8): one activity attempt per submit/query.
+SEND_RETRY = RetryPolicy(maximum_attempts=1)
+# A FrozenRequest continues-as-new after this many non-final attempts (bounded history).
+REQUEST_ATTEMPTS_PER_RUN = 200
+
+
+def now_ms() -> int:
+    """The workflow's clock in epoch ms (what the core takes as `now_ms`)."""
+    return int(workflow.now().timestamp() * 1000)
+
+
+def failure_message(error: BaseException) -> str:
+    """The innermost failure's message (an activity's ApplicationError, a timeout...)."""
+    cause: BaseException = error
+    while isinstance(cause, FailureError) and cause.cause is not None:
+        cause = cause.cause
+    return str(cause) or type(cause).__name__
+
+
+def _raise_if_cancel_requested() -> None:
+    """A cancel that arrives while an operation completes anyway (a signal already delivered,
+    an activity already finished) is absorbed by that operation; stop here instead."""
+    if workflow.cancellation_reason() is not None:
+        raise asyncio.CancelledError("cancel requested")
+
+
+@workflow.defn(name=FROZEN_REQUEST_WORKFLOW, sandboxed=SANDBOXED)
+class FrozenRequestWorkflow:
+    """Submit, then query, one frozen request until it resolves or blocks (L7-L10).
+
+    The request body never changes; every call carries it whole, with its idempotency key.
+    Every report goes to the ledger by signal; the final report is also the result.
+    """
+
+    @workflow.run
+    async def run(self, input: Any) -> dict[str, Any]:
+        """The loop; returns (and signals to the ledger) the final report."""
+        # Validated here, not by the converter: started by hand with a bad input, the request
+        # fails once, naming the field, instead of failing every workflow task.
+        try:
+            input = FrozenRequestInput.model_validate(input)
+        except ValidationError as error:
+            raise ApplicationError(
+                core.format_validation_error("FrozenRequest input", error),
+                type="InvalidFrozenRequestInput",
+                non_retryable=True,
+            ) from None
+        request_id = str(input.request["id"])
+        ledger = workflow.get_external_workflow_handle(ledger_workflow_id(input.ledger_id))
+        if input.not_before is not None and input.not_before > now_ms():
+            await workflow.sleep(timedelta(milliseconds=input.not_before - now_ms()))
+        action = input.next_action
+        attempt = input.attempt
+        for _ in range(REQUEST_ATTEMPTS_PER_RUN):
+            name = input.submit_activity if action == "submit" else input.query_activity
+            try:
+                raw: Any = await workflow.execute_activity(
+                    name,
+                    input.request,
+                    task_queue=input.activity_task_queue,
+                    start_to_close_timeout=timedelta(milliseconds=input.activity_timeout_ms),
+                    retry_policy=SEND_RETRY,
+                    summary=f"{action} {request_id}",
+                )
+            except ActivityError as error:
+                if is_cancelled_exception(error):
+                    raise  # stopped: the loop ends here, not with a retry
+                raw = {"outcome": "unresolved", "error": f"transport: {failure_message(error)}"}
+            _raise_if_cancel_requested()
+            attempt += 1
+            step = core.next_step(action, raw, attempt, input.retry, now_ms())
+            status = step.status.model_dump(mode="json", exclude_none=True)
+            if step.result != "retry":
+                report = RequestReport(
+                    request_id=request_id,
+                    phase="resolved" if step.result == "resolved" else "blocked",
+                    status=status,
+                    attempt=attempt,
+                    next_action=step.next_action,
+                    launch=input.launch,
+                )
+                await self._tell(ledger, "request_finished", report)
+                return report.model_dump(mode="json")
+            progress = RequestReport(
+                request_id=request_id,
+                phase="in_flight",
+                status=status,
+                attempt=attempt,
+                next_action=step.next_action,
+                retry_at=step.retry_at,
+                launch=input.launch,
+            )
+            if not await self._tell(ledger, "request_progress", progress):
+                # The ledger completed (stop) and recorded this request as frozen: send no more.
+                return progress.model_dump(mode="json")
+            _raise_if_cancel_requested()
+            await workflow.sleep(timedelta(milliseconds=step.delay_ms))
+            action = step.next_action
+        workflow.continue_as_new(
+            input.model_copy(
+                update={
+                    "next_action": action,
+                    "attempt": attempt,
+                    "not_before": None,
+                }
+            )
+        )
+
+    async def _tell(
+        self, ledger: workflow.ExternalWorkflowHandle[Any], name: str, report: RequestReport
+    ) -> bool:
+        """Signal the ledger; False when it is closed (stopped): nothing is left to report to."""
+        try:
+            await ledger.signal(name, report.model_dump(mode="json"))
+        except FailureError as error:
+            if is_cancelled_exception(error):
+                raise  # this request is being cancelled (stop): not a delivery problem
+            workflow.logger.warning("cannot report %s to the ledger: %s", name, error)
+            return False
+        return True
