@@ -7,6 +7,7 @@ the workflow task completion that starts the request, before it.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -32,10 +33,17 @@ async def test_compile_outcomes_and_where_the_local_compile_is_recorded(
 ) -> None:
     """The same outcomes with compile as a local activity and as a normal one (L6)."""
     calls: Counter[str] = Counter()
+    in_flight = [0, 0]  # now, most at once
 
     @activity.defn(name="compile")
     async def picky_compile(intent: dict[str, Any], request_id: str) -> dict[str, Any]:
         calls[intent["id"]] += 1
+        in_flight[0] += 1
+        in_flight[1] = max(in_flight)
+        try:
+            await asyncio.sleep(0.2)  # long enough for compiles started together to overlap
+        finally:
+            in_flight[0] -= 1
         if intent["id"] == "bad":
             raise ApplicationError("canvas c1 has no layer 7", non_retryable=True)
         if intent["id"] == "flaky" and calls["flaky"] == 1:
@@ -75,6 +83,10 @@ async def test_compile_outcomes_and_where_the_local_compile_is_recorded(
     assert ops["broken"]["blockers"] == ["RuntimeError: compiler crashed"]
     assert calls["broken"] == 3  # COMPILE_RETRY: 3 attempts, then blocked with the message
     assert calls["flaky"] == 2
+    if local_compile:  # one local activity at a time (see OperationLedgerWorkflow._pump)
+        assert in_flight[1] == 1
+    else:
+        assert in_flight[1] > 1
     assert ops["later"]["phase"] == "pending"
     assert {ops[o]["outcome"] for o in ("fine", "flaky", "after")} == {"applied"}
     assert server.violations == []

@@ -472,7 +472,8 @@ async def test_continue_as_new_lets_attempts_in_flight_report_first(
     first = client.get_workflow_handle(handle.id, run_id=first_run)
     assert (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
     kinds = [e.WhichOneof("attributes") async for e in first.fetch_history_events()]
-    assert "marker_recorded_event_attributes" in kinds  # the quiet wait ran (patch marker)
+    # The quiet wait ran: the ledger starts no other timer here (its 1 s bound).
+    assert "timer_started_event_attributes" in kinds
     assert "workflow_task_failed_event_attributes" not in kinds
     assert {o["outcome"] for o in snap["operations"]} == {"applied"}
     assert server.violations == []

@@ -177,6 +177,11 @@ class OperationLedgerWorkflow:
             core.mark_launched(self._state, request_id)
             self._launch(request_id)
         for op_id in core.plan_dispatches(self._state, self._config):
+            if self._config.local_compile and self._compiles:
+                # One local compile at a time: concurrent local activities resolve in completion
+                # order live but may be grouped otherwise on replay (sdk-python#1578, #1881), so
+                # the commands that follow them could change order: a failed workflow task.
+                break
             request_id = str(workflow.uuid4())
             core.begin_dispatch(self._state, op_id, request_id)
             self._compiles[op_id] = asyncio.create_task(self._compile(op_id, request_id))
