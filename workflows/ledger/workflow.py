@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         SkipInput,
     )
     from workflows.ledger.request import FrozenRequestWorkflow, failure_message, now_ms
+    from workflows.rejection import rejected_as
     from workflows.search_attributes import LEDGER_ID
     from workflows.start_input import NO_INPUT, decode_start_input
 
@@ -73,10 +74,8 @@ T = TypeVar("T")
 def _for_update(parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """`parse(*args)` for an update's validator or handler (or a query): a refusal becomes the
     rejection, typed by the refusal's class (`LedgerInputError`, `LedgerStopped`)."""
-    try:
+    with rejected_as(core.LedgerInputError):
         return parse(*args, **kwargs)
-    except core.LedgerInputError as error:
-        raise ApplicationError(str(error), type=type(error).__name__, non_retryable=True) from None
 
 
 @workflow.defn(name=LEDGER_WORKFLOW, sandboxed=SANDBOXED)

@@ -21,8 +21,7 @@ and register it instead of `DurabilityScheduleWorkflow`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -34,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import SANDBOXED, search_attributes
     from workflows.barrier import record_progress
     from workflows.handover import hand_over
+    from workflows.rejection import rejected_as
     from workflows.schedule import cron, status
     from workflows.schedule.core import (
         DeadLetter,
@@ -73,17 +73,6 @@ with workflow.unsafe.imports_passed_through():
 # events as the continue-as-new threshold, and at most this many, are handed over to signal
 # reporting (`workflows.handover`): a run that never ends must not grow the history forever.
 CONTINUE_AS_NEW_DRAIN_EVENTS = 1000
-
-
-@contextmanager
-def rejected_as(*refusals: type[Exception]) -> Iterator[None]:
-    """In an update validator: a refusal becomes the update's rejection, not retryable (the
-    same payload is refused again) and typed by the kind of refusal (`InvalidRequest`,
-    `NoRoomForRuns`, `NoLiveSchedule`)."""
-    try:
-        yield
-    except refusals as error:
-        raise ApplicationError(str(error), type=type(error).__name__, non_retryable=True) from None
 
 
 @workflow.defn(name="DurabilitySchedule", sandboxed=SANDBOXED)
