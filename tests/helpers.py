@@ -1,4 +1,4 @@
-"""Helpers for tests: a worker in-process, subprocess runners for the CLI and worker."""
+"""Helpers for tests: workers in-process, subprocess runners for the CLI and worker."""
 
 from __future__ import annotations
 
@@ -11,13 +11,17 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from temporalio import activity
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer, Worker
 
 from durability.connect import data_converter
 from durability.devserver import temporal_cli
 from durability.registry import all_workflows, builtin_activities, workflow_runner
+from workflows.schedule.run import ScheduledRunWorkflow
+from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # `make test` runs the tests that send every message once more with this set to 0: a worker
@@ -50,6 +54,48 @@ async def running_worker(
     )
     async with worker:
         yield worker
+
+
+@asynccontextmanager
+async def schedule_worker(
+    client: Client,
+    task_queue: str,
+    activities: Sequence[Callable[..., Any]] = (),
+    **worker_options: Any,
+) -> AsyncIterator[Worker]:
+    """An in-process worker with only the schedule's two workflows (not the ledger's) and the
+    given activities (default: none), in the suite's cache mode."""
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
+        activities=list(activities),
+        workflow_runner=workflow_runner(),
+        **{**cache_options(), **worker_options},
+    ) as worker:
+        yield worker
+
+
+class OutcomeReceiver:
+    """A schedule's `run` (succeeds) and `on_outcome` (refused while `refusing`, so outcomes
+    are dead-lettered once their attempts run out); records each outcome call."""
+
+    def __init__(self) -> None:
+        self.refusing = True
+        self.calls: list[tuple[dict[str, Any], dict[str, Any], int]] = []
+
+    @activity.defn(name="run")
+    async def run(self, run: dict[str, Any]) -> None:
+        return None
+
+    @activity.defn(name="on_outcome")
+    async def on_outcome(self, run: dict[str, Any], outcome: dict[str, Any]) -> None:
+        self.calls.append((run, outcome, activity.info().attempt))
+        if self.refusing:
+            raise ApplicationError("receiver down", type="Unavailable")
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [self.run, self.on_outcome]
 
 
 def subprocess_env(address: str, **extra: str) -> dict[str, str]:
