@@ -236,22 +236,15 @@ async def capacity(ctx: Ctx) -> None:
         )
     if "durability" in capacities:
         d = capacities["durability"]
-        if "native" in capacities:
-            ratio = _capacity_ratio(d, capacities["native"])
-            r.row(
-                "capacity",
-                "durability / native capacity",
-                fmt_ratio(ratio),
-                "goal >= 1.0: " + _verdict(ratio, ratio >= 1.0),
-            )
-        if "chain" in capacities:
-            ratio = _capacity_ratio(d, capacities["chain"])
-            r.row(
-                "capacity",
-                "durability / raw chain capacity",
-                fmt_ratio(ratio),
-                "goal >= 0.8: " + _verdict(ratio, ratio >= 0.8),
-            )
+        for side, name, goal in (("native", "native", 1.0), ("chain", "raw chain", 0.8)):
+            if side in capacities:
+                ratio = _capacity_ratio(d, capacities[side])
+                r.row(
+                    "capacity",
+                    f"durability / {name} capacity",
+                    fmt_ratio(ratio),
+                    f"goal >= {goal}: " + _verdict(ratio, ratio >= goal),
+                )
     r.note(
         "capacity: the sides take turns at each level and each stops at its first failing "
         f"level; the resolution is the level step ({levels}), so capacities are lower bounds "

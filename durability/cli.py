@@ -32,6 +32,7 @@ from durability.connect import ConfigurationError
 from durability.tracing import configure_tracing
 
 Command = Callable[[DurabilityClient, argparse.Namespace], Coroutine[Any, Any, Any]]
+Show = Callable[[Any], str]
 
 
 class UsageError(Exception):
@@ -68,20 +69,15 @@ def json_arg(option: str, text: str | None) -> Any:
 
 
 async def schedule_set(client: DurabilityClient, args: argparse.Namespace) -> Any:
-    params, options = args.params, args.options
+    schedule = (args.object_id, args.expression, args.version)
+    settings: dict[str, Any] = {
+        "jitter_ms": args.jitter_ms, "jitter_max_ms": args.jitter_max_ms,
+        "params": args.params, "options": args.options,
+    }  # fmt: skip
     if args.signal:
-        await client.signal_set_schedule(
-            args.object_id, args.expression, args.version,
-            jitter_ms=args.jitter_ms, jitter_max_ms=args.jitter_max_ms,
-            params=params, options=options,
-        )  # fmt: skip
+        await client.signal_set_schedule(*schedule, **settings)
         return {"signalled": True}
-    applied = await client.set_schedule(
-        args.object_id, args.expression, args.version,
-        jitter_ms=args.jitter_ms, jitter_max_ms=args.jitter_max_ms,
-        params=params, options=options,
-    )  # fmt: skip
-    return {"applied": applied}
+    return {"applied": await client.set_schedule(*schedule, **settings)}
 
 
 async def schedule_cancel(client: DurabilityClient, args: argparse.Namespace) -> Any:
@@ -326,6 +322,47 @@ def _add_list(commands: Any, run: Command, what: str) -> None:
     cmd.set_defaults(run=run, show=show_listed)
 
 
+# Each group's commands but `list`, in the order `--help` shows them: (name, what it runs,
+# how a table shows its result, help). Each takes the group's ID first; build_parser adds
+# the other arguments of those that have more.
+SCHEDULE_COMMANDS: tuple[tuple[str, Command, Show, str], ...] = (
+    ("set", schedule_set, show_fields, "set a schedule version (update-with-start)"),
+    ("cancel", schedule_cancel, show_fields, "cancel future ticks"),
+    ("get", schedule_get, show_schedule, "the stored schedule"),
+    ("runs", schedule_runs, show_runs, "runs not yet acknowledged"),
+    ("pause", schedule_pause, show_fields, "stop ticks (recorded runs go on)"),
+    ("unpause", schedule_unpause, show_fields, "tick again from now"),
+    ("trigger", schedule_trigger, show_trigger, "record a run now"),
+    ("dead-letters", schedule_dead_letters, show_dead_letters,
+     "outcomes whose delivery was given up"),
+    ("redeliver", schedule_redeliver, show_fields, "deliver a dead-lettered outcome again"),
+    ("backfill", schedule_backfill, show_backfill, "record runs for a past range [start, end)"),
+)  # fmt: skip
+LEDGER_COMMANDS: tuple[tuple[str, Command, Show, str], ...] = (
+    ("enqueue", ledger_enqueue, show_fields, "enqueue operations from a JSON file (- for stdin)"),
+    ("release", ledger_release, show_fields, "release a hold token"),
+    ("skip", ledger_skip, show_fields,
+     "resolve a stuck (pending or blocked) operation as skipped"),
+    ("hold", ledger_hold, show_fields, "stop new launches; prints a token"),
+    ("resume", ledger_resume, show_fields, "retry unresolved and blocked requests"),
+    ("stop", ledger_stop, show_snapshot, "stop the ledger; prints the final snapshot"),
+    ("snapshot", ledger_snapshot, show_snapshot, "operations and requests, a page"),
+    ("claims", ledger_claims, show_claims, "which request holds each canvas"),
+)  # fmt: skip
+
+
+def _add_commands(
+    group: Any, key: str, commands: Sequence[tuple[str, Command, Show, str]]
+) -> dict[str, argparse.ArgumentParser]:
+    """Add `commands` to `group`, each with its positional `key`; returns them by name."""
+    parsers: dict[str, argparse.ArgumentParser] = {}
+    for name, run, show, text in commands:
+        parsers[name] = cmd = group.add_parser(name, help=text)
+        cmd.add_argument(key)
+        cmd.set_defaults(run=run, show=show)
+    return parsers
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="durability", description=__doc__.split("\n")[0], parents=[_global_options(False)]
@@ -344,8 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", required=True, parser_class=CommandParser
     )
     _add_list(schedule, schedule_list, "schedules")
-    cmd = schedule.add_parser("set", help="set a schedule version (update-with-start)")
-    cmd.add_argument("object_id")
+    commands = _add_commands(schedule, "object_id", SCHEDULE_COMMANDS)
+    cmd = commands["set"]
     cmd.add_argument(
         "expression", help='cron, "@hourly", "@every 5m", "CRON_TZ=Europe/Paris 0 9 * * *"'
     )
@@ -356,72 +393,32 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--params", help="JSON object handed to every run")
     cmd.add_argument("--options", help="JSON start input (max_concurrent_runs, ...)")
     cmd.add_argument("--signal", action="store_true", help="signal-with-start instead")
-    cmd.set_defaults(run=schedule_set, show=show_fields)
-    cmd = schedule.add_parser("cancel", help="cancel future ticks")
-    cmd.add_argument("object_id")
+    cmd = commands["cancel"]
     cmd.add_argument("--version", type=int)
     cmd.add_argument("--signal", action="store_true")
-    cmd.set_defaults(run=schedule_cancel, show=show_fields)
-    for name, run, show, text in (
-        ("get", schedule_get, show_schedule, "the stored schedule"),
-        ("runs", schedule_runs, show_runs, "runs not yet acknowledged"),
-        ("pause", schedule_pause, show_fields, "stop ticks (recorded runs go on)"),
-        ("unpause", schedule_unpause, show_fields, "tick again from now"),
-        ("trigger", schedule_trigger, show_trigger, "record a run now"),
-    ):
-        cmd = schedule.add_parser(name, help=text)
-        cmd.add_argument("object_id")
-        cmd.set_defaults(run=run, show=show)
-
-    cmd = schedule.add_parser("dead-letters", help="outcomes whose delivery was given up")
-    cmd.add_argument("object_id")
-    cmd.set_defaults(run=schedule_dead_letters, show=show_dead_letters)
-    cmd = schedule.add_parser("redeliver", help="deliver a dead-lettered outcome again")
-    cmd.add_argument("object_id")
+    cmd = commands["redeliver"]
     cmd.add_argument("idempotency_key", help="the dead letter's key: <object_id>:<time>")
-    cmd.set_defaults(run=schedule_redeliver, show=show_fields)
-
-    cmd = schedule.add_parser("backfill", help="record runs for a past range [start, end)")
-    cmd.add_argument("object_id")
+    cmd = commands["backfill"]
     cmd.add_argument("--start", type=epoch_ms("--start"), required=True)
     cmd.add_argument("--end", type=epoch_ms("--end"), required=True)
-    cmd.set_defaults(run=schedule_backfill, show=show_backfill)
 
     ledger = top.add_parser("ledger", help="durable operation ledgers").add_subparsers(
         dest="command", required=True, parser_class=CommandParser
     )
     _add_list(ledger, ledger_list, "ledgers")
-    cmd = ledger.add_parser("enqueue", help="enqueue operations from a JSON file (- for stdin)")
-    cmd.add_argument("ledger_id")
+    commands = _add_commands(ledger, "ledger_id", LEDGER_COMMANDS)
+    cmd = commands["enqueue"]
     cmd.add_argument("--file", required=True)
     cmd.add_argument("--options", help="JSON start input (concurrency, lanes, ...)")
     cmd.add_argument("--signal", action="store_true")
-    cmd.set_defaults(run=ledger_enqueue, show=show_fields)
-    cmd = ledger.add_parser("release", help="release a hold token")
-    cmd.add_argument("ledger_id")
-    cmd.add_argument("token")
-    cmd.set_defaults(run=ledger_release, show=show_fields)
-    cmd = ledger.add_parser(
-        "skip", help="resolve a stuck (pending or blocked) operation as skipped"
-    )
-    cmd.add_argument("ledger_id")
+    commands["release"].add_argument("token")
+    cmd = commands["skip"]
     cmd.add_argument("operation_id")
     cmd.add_argument("--reason", help='recorded as the operation\'s error (default "skipped")')
-    cmd.set_defaults(run=ledger_skip, show=show_fields)
-    for name, run, show, text in (
-        ("hold", ledger_hold, show_fields, "stop new launches; prints a token"),
-        ("resume", ledger_resume, show_fields, "retry unresolved and blocked requests"),
-        ("stop", ledger_stop, show_snapshot, "stop the ledger; prints the final snapshot"),
-        ("snapshot", ledger_snapshot, show_snapshot, "operations and requests, a page"),
-        ("claims", ledger_claims, show_claims, "which request holds each canvas"),
-    ):
-        cmd = ledger.add_parser(name, help=text)
-        cmd.add_argument("ledger_id")
-        cmd.set_defaults(run=run, show=show)
-        if name == "snapshot":
-            cmd.add_argument("--phase", choices=("pending", "dispatched", "resolved", "blocked"))
-            cmd.add_argument("--after", type=int, help="sequence: the previous page's next_after")
-            cmd.add_argument("--limit", type=int, help="operations per page (1..300, default 200)")
+    cmd = commands["snapshot"]
+    cmd.add_argument("--phase", choices=("pending", "dispatched", "resolved", "blocked"))
+    cmd.add_argument("--after", type=int, help="sequence: the previous page's next_after")
+    cmd.add_argument("--limit", type=int, help="operations per page (1..300, default 200)")
 
     codec = top.add_parser(
         "codec-server",

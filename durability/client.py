@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from temporalio.client import (
@@ -117,12 +118,65 @@ def set_payload(
     return payload
 
 
+def _cancel_payload(version: int | None) -> dict[str, Any]:
+    """The wire `cancel` payload; without `version` it cancels whatever version is live."""
+    return {} if version is None else {"version": version}
+
+
 def skip_payload(operation_id: str, reason: str | None = None) -> dict[str, Any]:
     """The wire `skip` payload; without `reason` the workflow records "skipped"."""
     payload: dict[str, Any] = {"operation_id": operation_id}
     if reason is not None:
         payload["reason"] = reason
     return payload
+
+
+@dataclass(frozen=True)
+class _WithStart:
+    """A message to a schedule or ledger that starts the workflow if none runs: its update
+    (update-with-start) or signal (signal-with-start) variant sends the same thing."""
+
+    workflow_type: str
+    workflow_id: str
+    start_input: dict[str, Any]
+    message: str
+    payload: Any
+
+
+def _to_schedule(
+    object_id: str, message: str, payload: Any, options: Mapping[str, Any] | None = None
+) -> _WithStart:
+    start_input = {"object_id": object_id, **(options or {})}
+    return _WithStart(
+        SCHEDULE_WORKFLOW, schedule_workflow_id(object_id), start_input, message, payload
+    )
+
+
+def _set_message(
+    object_id: str,
+    expression: str,
+    version: int,
+    jitter_ms: int | None,
+    jitter_max_ms: int | None,
+    params: Mapping[str, Any] | None,
+    options: Mapping[str, Any] | None,
+) -> _WithStart:
+    """What `set_schedule` and `signal_set_schedule` send (`options` is the start input)."""
+    payload = set_payload(expression, version, jitter_ms, jitter_max_ms, params)
+    return _to_schedule(object_id, "set", payload, options)
+
+
+def _enqueue_message(
+    ledger_id: str,
+    operations: Sequence[Mapping[str, Any]],
+    options: Mapping[str, Any] | None,
+) -> _WithStart:
+    """What `enqueue` and `signal_enqueue` send (`options` is the start input)."""
+    start_input = {"ledger_id": ledger_id, **(options or {})}
+    payload = {"operations": [dict(operation) for operation in operations]}
+    return _WithStart(
+        LEDGER_WORKFLOW, ledger_workflow_id(ledger_id), start_input, "enqueue", payload
+    )
 
 
 def _rejection_message(error: WorkflowUpdateFailedError) -> str:
@@ -164,27 +218,34 @@ class DurabilityClient:
     def schedule_handle(self, object_id: str) -> WorkflowHandle[Any, Any]:
         return self.temporal.get_workflow_handle(schedule_workflow_id(object_id))
 
-    async def _update_with_start(
-        self,
-        workflow_type: str,
-        workflow_id: str,
-        start_input: Mapping[str, Any] | None,
-        update: str,
-        payload: Any,
-        result_type: type | None = None,
-    ) -> Any:
+    async def _update_with_start(self, sent: _WithStart, result_type: type | None = None) -> Any:
         operation: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
-            workflow_type,
-            dict(start_input or {}),
-            id=workflow_id,
+            sent.workflow_type,
+            sent.start_input,
+            id=sent.workflow_id,
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            static_summary=summary_for(workflow_id),
+            static_summary=summary_for(sent.workflow_id),
         )
-        with _user_errors(workflow_id, update):
+        with _user_errors(sent.workflow_id, sent.message):
             return await self.temporal.execute_update_with_start_workflow(
-                update, payload, start_workflow_operation=operation, result_type=result_type
+                sent.message,
+                sent.payload,
+                start_workflow_operation=operation,
+                result_type=result_type,
             )
+
+    async def _signal_with_start(self, sent: _WithStart) -> None:
+        """Fire and forget: bad input is logged and dropped by the workflow."""
+        await self.temporal.start_workflow(
+            sent.workflow_type,
+            sent.start_input,
+            id=sent.workflow_id,
+            task_queue=self.task_queue,
+            start_signal=sent.message,
+            static_summary=summary_for(sent.workflow_id),
+            start_signal_args=[sent.payload],
+        )
 
     async def _update(
         self, workflow_id: str, update: str, payload: Any, result_type: type | None = None
@@ -209,12 +270,10 @@ class DurabilityClient:
         options: Mapping[str, Any] | None = None,
     ) -> bool:
         """Set (update-with-start); returns `applied`. `options` is the start input."""
-        payload = set_payload(expression, version, jitter_ms, jitter_max_ms, params)
-        start_input = {"object_id": object_id, **(options or {})}
-        applied = await self._update_with_start(
-            SCHEDULE_WORKFLOW, schedule_workflow_id(object_id), start_input, "set", payload, bool
+        sent = _set_message(
+            object_id, expression, version, jitter_ms, jitter_max_ms, params, options
         )
-        return bool(applied)
+        return bool(await self._update_with_start(sent, bool))
 
     async def signal_set_schedule(
         self,
@@ -228,33 +287,18 @@ class DurabilityClient:
         options: Mapping[str, Any] | None = None,
     ) -> None:
         """Set by signal-with-start: fire and forget (bad input is logged and dropped)."""
-        await self.temporal.start_workflow(
-            SCHEDULE_WORKFLOW,
-            {"object_id": object_id, **(options or {})},
-            id=schedule_workflow_id(object_id),
-            task_queue=self.task_queue,
-            start_signal="set",
-            static_summary=summary_for(schedule_workflow_id(object_id)),
-            start_signal_args=[set_payload(expression, version, jitter_ms, jitter_max_ms, params)],
+        sent = _set_message(
+            object_id, expression, version, jitter_ms, jitter_max_ms, params, options
         )
+        await self._signal_with_start(sent)
 
     async def cancel_schedule(self, object_id: str, version: int | None = None) -> bool:
         """Cancel (update-with-start, so a tombstone can precede the first set)."""
-        payload = {} if version is None else {"version": version}
-        live = await self._update_with_start(
-            SCHEDULE_WORKFLOW,
-            schedule_workflow_id(object_id),
-            {"object_id": object_id},
-            "cancel",
-            payload,
-            bool,
-        )
-        return bool(live)
+        sent = _to_schedule(object_id, "cancel", _cancel_payload(version))
+        return bool(await self._update_with_start(sent, bool))
 
     async def signal_cancel_schedule(self, object_id: str, version: int | None = None) -> None:
-        await self.schedule_handle(object_id).signal(
-            "cancel", {} if version is None else {"version": version}
-        )
+        await self.schedule_handle(object_id).signal("cancel", _cancel_payload(version))
 
     async def pause_schedule(self, object_id: str) -> bool:
         """Stop ticks until unpaused; returns whether it was running. Versions are untouched."""
@@ -354,11 +398,7 @@ class DurabilityClient:
     ) -> EnqueueResult:
         """Enqueue (update-with-start); returns accepted and duplicate IDs once recorded."""
         result: EnqueueResult = await self._update_with_start(
-            LEDGER_WORKFLOW,
-            ledger_workflow_id(ledger_id),
-            {"ledger_id": ledger_id, **(options or {})},
-            "enqueue",
-            {"operations": [dict(operation) for operation in operations]},
+            _enqueue_message(ledger_id, operations, options)
         )
         return result
 
@@ -369,15 +409,7 @@ class DurabilityClient:
         *,
         options: Mapping[str, Any] | None = None,
     ) -> None:
-        await self.temporal.start_workflow(
-            LEDGER_WORKFLOW,
-            {"ledger_id": ledger_id, **(options or {})},
-            id=ledger_workflow_id(ledger_id),
-            task_queue=self.task_queue,
-            start_signal="enqueue",
-            static_summary=summary_for(ledger_workflow_id(ledger_id)),
-            start_signal_args=[{"operations": [dict(op) for op in operations]}],
-        )
+        await self._signal_with_start(_enqueue_message(ledger_id, operations, options))
 
     async def hold(self, ledger_id: str) -> str:
         """Stop new launches until the returned token is released."""

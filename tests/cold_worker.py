@@ -98,6 +98,12 @@ async def assert_healthy(client: Client, handle: WorkflowHandle[Any, Any]) -> No
     assert result.replay_failure is None, result.replay_failure
 
 
+async def assert_healthy_and_updated(client: Client, handle: WorkflowHandle[Any, Any]) -> None:
+    """`assert_healthy`, and the history has at least one accepted update."""
+    await assert_healthy(client, handle)
+    assert any(kind(e) == "WORKFLOW_EXECUTION_UPDATE_ACCEPTED" for e in await events_of(handle))
+
+
 @dataclass
 class ScheduleActivities:
     """`run`, `on_outcome` and `lifecycle` for the schedule, recording what they saw.

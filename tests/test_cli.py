@@ -282,27 +282,11 @@ async def test_ledger_commands_enqueue_snapshot_claims_hold_release_resume_stop(
 
     activities = [compile_fails_once, *ledger_activities()[1:]]
     async with running_worker(client, task_queue, activities):
-        enqueued = await durability_cli(
-            dev_server_address,
-            *cli,
-            "--json",
-            "ledger",
-            "enqueue",
-            ledger_id,
-            "--file",
-            str(operations),
-        )
+        # The same file twice: the second time every operation is a duplicate.
+        enqueue = (*cli, "--json", "ledger", "enqueue", ledger_id, "--file", str(operations))
+        enqueued = await durability_cli(dev_server_address, *enqueue)
         assert json.loads(enqueued.stdout) == {"accepted": ["op-1", "op-2"], "duplicates": []}
-        again = await durability_cli(
-            dev_server_address,
-            *cli,
-            "--json",
-            "ledger",
-            "enqueue",
-            ledger_id,
-            "--file",
-            str(operations),
-        )
+        again = await durability_cli(dev_server_address, *enqueue)
         assert json.loads(again.stdout) == {"accepted": [], "duplicates": ["op-1", "op-2"]}
 
         async def all_resolved() -> bool:
@@ -401,6 +385,16 @@ async def test_ledger_skip_frees_a_blocked_operations_dependent_and_rejects_unkn
         shown = await durability_cli(dev_server_address, *cli, "ledger", "snapshot", ledger_id)
         return {op["id"]: op for op in snapshot_operations(shown.stdout)}
 
+    async def once_resolved(op_id: str) -> dict[str, dict[str, Any]]:
+        """The operations, once `op_id` is resolved."""
+
+        async def resolved() -> dict[str, dict[str, Any]] | None:
+            current = await ops()
+            return current if current[op_id]["phase"] == "resolved" else None
+
+        current: dict[str, dict[str, Any]] = await eventually(resolved, timeout=30)
+        return current
+
     async with running_worker(client, task_queue):
         await durability_cli(
             dev_server_address, *cli, "ledger", "enqueue", ledger_id, "--file", str(operations)
@@ -426,11 +420,7 @@ async def test_ledger_skip_frees_a_blocked_operations_dependent_and_rejects_unkn
         )  # fmt: skip
         assert json.loads(skipped.stdout) == {"skipped": "orphan"}
 
-        async def child_resolved() -> dict[str, dict[str, Any]] | None:
-            current = await ops()
-            return current if current["child"]["phase"] == "resolved" else None
-
-        current = await eventually(child_resolved, timeout=30)
+        current = await once_resolved("child")
         assert (current["orphan"]["outcome"], current["orphan"]["error"]) == (
             "skipped",
             "no canvas",
@@ -446,11 +436,7 @@ async def test_ledger_skip_frees_a_blocked_operations_dependent_and_rejects_unkn
         # The typed client's signal variant: fire and forget, same effect.
         await DurabilityClient(client, task_queue).signal_skip(ledger_id, "orphan-2")
 
-        async def child_2_resolved() -> dict[str, dict[str, Any]] | None:
-            current = await ops()
-            return current if current["child-2"]["phase"] == "resolved" else None
-
-        current = await eventually(child_2_resolved, timeout=30)
+        current = await once_resolved("child-2")
         assert (current["orphan-2"]["outcome"], current["orphan-2"]["error"]) == (
             "skipped",
             "skipped",

@@ -14,32 +14,23 @@ from __future__ import annotations
 
 import base64
 import os
-import socket
 import uuid
 
 from playwright.async_api import Browser, Page, Response, async_playwright
 from temporalio.api.enums.v1 import EventType
-from temporalio.testing import WorkflowEnvironment
 
 from durability.client import DurabilityClient
 from durability.codec import EncryptionCodec
 from durability.codec_server import CodecServerSettings, start
 from durability.connect import data_converter, interceptors
-from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli
-from tests.helpers import eventually, running_worker
+from durability.devserver import TIMER_SHIFT_ARGS
+from durability.testing.server import free_port
+from tests.helpers import eventually, running_worker, start_dev_server
 from tests.test_ui import CHROMIUM, CHROMIUM_ARGS, body_containing
-from workflows import search_attributes
 
 KEY = os.urandom(32)
 TOKEN = base64.urlsafe_b64encode(os.urandom(24)).decode()
 COULD_NOT_CONNECT = "Codec Server could not connect"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 async def open_run(
@@ -70,17 +61,14 @@ async def test_the_ui_shows_encrypted_params_only_with_the_token_from_an_allowed
     codec_server = await start(
         EncryptionCodec(KEY, "k1"), CodecServerSettings.build(TOKEN, [ui_origin]), port=0
     )
-    env = await WorkflowEnvironment.start_local(
+    env = await start_dev_server(
         ui=True,
         ui_port=ui_port,
         data_converter=data_converter(
             {"DURABILITY_ENCRYPTION_KEYS": f"k1:{base64.b64encode(KEY).decode()}"}
         ),
         interceptors=interceptors(),
-        dev_server_existing_path=temporal_cli(),
         dev_server_extra_args=[*TIMER_SHIFT_ARGS, "--ui-codec-endpoint", codec_server.url],
-        search_attributes=search_attributes.ALL,
-        dev_server_log_level="error",
     )
     try:
         client = env.client

@@ -16,10 +16,8 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from tests.cold_worker import (
     LedgerActivities,
     activity_worker,
-    assert_healthy,
+    assert_healthy_and_updated,
     cold_names,
-    events_of,
-    kind,
     wait_for_applied,
     workflow_worker,
 )
@@ -213,8 +211,7 @@ async def test_message_after_completion_on_a_cold_worker(
     # Every frozen body that was sent carries its own operation's payload.
     for body in acts.sent:
         assert [body["payload"]["op"]] == body["operation_ids"], body
-    await assert_healthy(client, handle)
-    assert any(kind(e) == "WORKFLOW_EXECUTION_UPDATE_ACCEPTED" for e in await events_of(handle))
+    await assert_healthy_and_updated(client, handle)
 
 
 async def _hold_while(case: Case, completion: Callable[[Case], Awaitable[None]]) -> None:

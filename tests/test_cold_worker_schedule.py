@@ -17,10 +17,8 @@ from temporalio.client import Client, WorkflowHandle
 from tests.cold_worker import (
     ScheduleActivities,
     activity_worker,
-    assert_healthy,
+    assert_healthy_and_updated,
     cold_names,
-    events_of,
-    kind,
     wait_for_applied,
     workflow_worker,
 )
@@ -198,8 +196,7 @@ async def test_message_after_completion_on_a_cold_worker(
             await _trigger_and_wait(handle, acts)
             await eventually(lambda: _no_runs_left(handle), timeout=30)
     assert set(acts.expected) <= set(acts.delivered)
-    await assert_healthy(client, handle)
-    assert any(kind(e) == "WORKFLOW_EXECUTION_UPDATE_ACCEPTED" for e in await events_of(handle))
+    await assert_healthy_and_updated(client, handle)
 
 
 async def _no_runs_left(handle: WorkflowHandle[Any, Any]) -> bool:

@@ -42,6 +42,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -551,6 +552,47 @@ def own_id(input: Any, field: str, suffix: str) -> Any:
     return input
 
 
+@dataclass(frozen=True)
+class Parent:
+    """DurabilitySchedule or OperationLedger, as these tests start and query it."""
+
+    workflow: str
+    prefix: str  # of its workflow IDs: "<prefix>:<business ID>"
+    id_field: str  # the business ID in its start input
+    start_error: str  # how it fails on a start input that does not validate
+    queries: list[str]
+
+
+async def start_inputs_run_or_fail_once(
+    client: Client,
+    task_queue: str,
+    unique: str,
+    parent: Parent,
+    inputs: Sequence[tuple[Any, str, str | None]],
+    drive: Callable[[WorkflowHandle[Any, Any], Any], Coroutine[Any, Any, None]],
+) -> None:
+    """Start `parent` with each (input, the name its failure must show, a workflow ID if not
+    the usual one), a drawn ID made unique: it runs, or fails once as the contract says. One
+    that runs is driven by `drive(handle, input)`, then answers its queries; no history of
+    any has a failed workflow task."""
+
+    async def one(index: int, input: Any, name: str, workflow_id: str | None) -> None:
+        input = own_id(input, parent.id_field, f"{index}-{unique}")
+        handle = await client.start_workflow(
+            parent.workflow,
+            input,
+            id=workflow_id or f"{parent.prefix}:fz{index}-{unique}",
+            task_queue=task_queue,
+        )
+        if await started_or_failed(handle, input, parent.start_error, name):
+            await drive(handle, input)
+            await answers(handle, parent.queries, "start input", input)
+        await no_failed_tasks(client, handle)
+
+    async with running_worker(client, task_queue):
+        await bounded(one, inputs)
+
+
 async def bounded(
     job: Callable[..., Coroutine[Any, Any, None]], examples: Sequence[tuple[Any, ...]]
 ) -> None:
@@ -595,6 +637,9 @@ PINNED_SCHEDULE_STARTS: list[tuple[Any, str, str | None]] = [
 ]
 
 SCHEDULE_QUERIES = ["get", "runs", "paused", "skipped_ticks", "dropped_signals"]
+SCHEDULE = Parent(
+    "DurabilitySchedule", "schedule", "object_id", "InvalidScheduleInput", SCHEDULE_QUERIES
+)
 SCHEDULE_REFUSALS = {"InvalidRequest", "NoRoomForRuns", "NoLiveSchedule"}
 
 
@@ -663,31 +708,23 @@ async def test_schedule_start_inputs_run_or_fail_once_naming_the_field(
     inputs = [(*example, None) for example in draw(schedule_start_inputs(200), 40, 5)]
     inputs += PINNED_SCHEDULE_STARTS
 
-    async def one(index: int, input: Any, name: str, workflow_id: str | None) -> None:
-        input = own_id(input, "object_id", f"{index}-{unique}")
-        handle = await client.start_workflow(
-            "DurabilitySchedule",
-            input,
-            id=workflow_id or f"schedule:fz{index}-{unique}",
-            task_queue=task_queue,
-        )
-        if await started_or_failed(handle, input, "InvalidScheduleInput", name):
-            # Drive it to its first run: the run's child and activities use the settings.
-            await handle.execute_update("set", {"expression": "@every 1h", "version": 1})
-            await handle.execute_update("trigger", {})
-            run_id = await child_id(handle, input)
-            assert run_id is not None, context("no run started for", input)
-            await child_schedules_its_activity(client, run_id, input)
-            await answers(handle, SCHEDULE_QUERIES, "start input", input)
-        await no_failed_tasks(client, handle)
+    async def to_its_first_run(handle: WorkflowHandle[Any, Any], input: Any) -> None:
+        """The run's child and activities use the settings."""
+        await handle.execute_update("set", {"expression": "@every 1h", "version": 1})
+        await handle.execute_update("trigger", {})
+        run_id = await child_id(handle, input)
+        assert run_id is not None, context("no run started for", input)
+        await child_schedules_its_activity(client, run_id, input)
 
-    async with running_worker(client, task_queue):
-        await bounded(one, inputs)
+    await start_inputs_run_or_fail_once(
+        client, task_queue, unique, SCHEDULE, inputs, to_its_first_run
+    )
 
 
 # ------------------------------------------------------------------ ledger
 
 LEDGER_QUERIES = ["snapshot", "claims"]
+LEDGER = Parent("OperationLedger", "ledger", "ledger_id", "InvalidLedgerInput", LEDGER_QUERIES)
 PINNED_ENQUEUES = [
     (
         {"operations": [{"id": "deep", "operation_type": "t", "payload": _nest(0, 100, True)}]},
@@ -795,28 +832,19 @@ async def test_ledger_start_inputs_run_or_fail_once_naming_the_field(
     inputs += PINNED_LEDGER_STARTS
     operation = {"id": "op", "operation_type": "t", "participants": ["c"]}
 
-    async def one(index: int, input: Any, name: str, workflow_id: str | None) -> None:
-        input = own_id(input, "ledger_id", f"{index}-{unique}")
-        handle = await client.start_workflow(
-            "OperationLedger",
-            input,
-            id=workflow_id or f"ledger:fz{index}-{unique}",
-            task_queue=task_queue,
-        )
-        if await started_or_failed(handle, input, "InvalidLedgerInput", name):
-            # Drive it to its first request: compile, the child, its submit use the settings.
-            await handle.execute_update("enqueue", {"operations": [operation]})
-            # No child within a few seconds: its compile runs nowhere (a task queue nobody
-            # polls), is blocked (an activity nobody registered, a lane of 0, a protocol
-            # version not supported)...
-            request_id = await child_id(handle, input, timeout=3)
-            if request_id is not None:
-                await child_schedules_its_activity(client, request_id, input)
-            await answers(handle, LEDGER_QUERIES, "start input", input)
-        await no_failed_tasks(client, handle)
+    async def to_its_first_request(handle: WorkflowHandle[Any, Any], input: Any) -> None:
+        """Compile, the child, its submit use the settings."""
+        await handle.execute_update("enqueue", {"operations": [operation]})
+        # No child within a few seconds: its compile runs nowhere (a task queue nobody
+        # polls), is blocked (an activity nobody registered, a lane of 0, a protocol
+        # version not supported)...
+        request_id = await child_id(handle, input, timeout=3)
+        if request_id is not None:
+            await child_schedules_its_activity(client, request_id, input)
 
-    async with running_worker(client, task_queue):
-        await bounded(one, inputs)
+    await start_inputs_run_or_fail_once(
+        client, task_queue, unique, LEDGER, inputs, to_its_first_request
+    )
 
 
 async def test_a_request_with_a_huge_backoff_coefficient_keeps_retrying(
@@ -932,13 +960,14 @@ async def test_unreadable_payloads_break_nothing(
         )
         for index, (what, data) in enumerate(sorted(UNREADABLE.items())):
             raw = _unreadable(data)
-            for workflow, prefix, error_type in (
-                ("DurabilitySchedule", "schedule", "InvalidScheduleInput"),
-                ("OperationLedger", "ledger", "InvalidLedgerInput"),
-            ):
+            for parent in (SCHEDULE, LEDGER):
                 handle = await client.start_workflow(
-                    workflow, raw, id=f"{prefix}:unreadable{index}-{unique}", task_queue=task_queue
+                    parent.workflow,
+                    raw,
+                    id=f"{parent.prefix}:unreadable{index}-{unique}",
+                    task_queue=task_queue,
                 )
+                error_type = parent.start_error
                 assert not await started_or_failed(handle, what, error_type, "cannot be decoded")
                 await no_failed_tasks(client, handle)
             for handle, message, queries in (

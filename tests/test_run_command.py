@@ -5,23 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import sys
 from pathlib import Path
 
+from durability.testing.server import free_port
 from tests.helpers import PROJECT_ROOT, subprocess_env
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def test_ctrl_c_stops_worker_then_server_and_the_server_log_goes_to_its_file(
     tmp_path: Path,
 ) -> None:
-    port, ui_port = _free_port(), _free_port()
+    port, ui_port = free_port(), free_port()
     env = subprocess_env(
         f"127.0.0.1:{port}",
         DURABILITY_DEV_PORT=str(port),

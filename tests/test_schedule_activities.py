@@ -5,11 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -18,14 +17,10 @@ from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
-from temporalio.worker import Worker
 
 from activities.schedule import ScheduleActivities, WebhookAllowlist, schedule_activities
-from durability.registry import workflow_runner
-from tests.helpers import eventually
+from tests.helpers import eventually, http_server, schedule_worker, start_webhook_schedule
 from workflows.schedule.models import Outcome, ScheduledRunObject
-from workflows.schedule.run import ScheduledRunWorkflow
-from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
 
 @dataclass
@@ -64,42 +59,19 @@ def webhook() -> Iterator[WebhookServer]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with http_server(Handler) as url:
+        state.url = url
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 async def test_a_schedule_on_the_webhook_activities_posts_runs_and_outcomes_with_the_key(
     client: Client, task_queue: str, unique: str, webhook: WebhookServer
 ) -> None:
     webhook.fail["/outcome"] = 1
-    async with Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
-        workflow_runner=workflow_runner(),
-        activities=schedule_activities(allowed_urls=WebhookAllowlist.parse(f"{webhook.url}/")),
-    ):
-        handle = await client.start_workflow(
-            "DurabilitySchedule",
-            {
-                "run_activity": "run_webhook",
-                "outcome_activity": "on_outcome_webhook",
-                "outcome_retries": {"initial_interval_ms": 100},
-            },
-            id=f"schedule:{unique}",
-            task_queue=task_queue,
-        )
+    allowlist = WebhookAllowlist.parse(f"{webhook.url}/")
+    async with schedule_worker(client, task_queue, schedule_activities(allowed_urls=allowlist)):
         params = {"url": f"{webhook.url}/run", "outcome_url": f"{webhook.url}/outcome"}
-        await handle.execute_update(
-            "set", {"expression": "@every 1s", "version": 1, "params": params}
-        )
+        handle = await start_webhook_schedule(client, task_queue, unique, params)
         await eventually(lambda: len([r for r in webhook.requests if r.path == "/outcome"]) >= 2)
         await handle.execute_update("cancel", {})
 

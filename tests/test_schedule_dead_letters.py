@@ -4,38 +4,14 @@ update, through the `durability` CLI and the `temporal` CLI on the dev server.""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
-from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
-from temporalio.worker import Worker
 
-from durability.registry import workflow_runner
-from tests.helpers import cache_options, durability_cli, eventually, temporal
-from workflows.schedule.run import ScheduledRunWorkflow
-from workflows.schedule.workflow import DurabilityScheduleWorkflow
+from tests.helpers import OutcomeReceiver, durability_cli, eventually, schedule_worker, temporal
 
 YEARLY = "0 0 1 1 *"
-
-
-class OutcomeReceiver:
-    """Refuses every outcome while `refusing`; records each call."""
-
-    def __init__(self) -> None:
-        self.refusing = True
-        self.calls: list[tuple[dict[str, Any], dict[str, Any], int]] = []
-
-    @activity.defn(name="run")
-    async def run(self, run: dict[str, Any]) -> None:
-        return None
-
-    @activity.defn(name="on_outcome")
-    async def on_outcome(self, run: dict[str, Any], outcome: dict[str, Any]) -> None:
-        self.calls.append((run, outcome, activity.info().attempt))
-        if self.refusing:
-            raise ApplicationError("receiver down", type="Unavailable")
 
 
 async def test_dead_letters_are_kept_bounded_and_redelivered_with_their_original_key(
@@ -43,14 +19,7 @@ async def test_dead_letters_are_kept_bounded_and_redelivered_with_their_original
 ) -> None:
     receiver = OutcomeReceiver()
     object_id = f"dead-{unique}"
-    async with Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
-        activities=[receiver.run, receiver.on_outcome],
-        workflow_runner=workflow_runner(),
-        **cache_options(),
-    ):
+    async with schedule_worker(client, task_queue, receiver.activities()):
         handle = await client.start_workflow(
             "DurabilitySchedule",
             {

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from tests.helpers import eventually, temporal
-from tests.test_schedule_workflow import Recorder, runs_of, schedule_worker
+from tests.helpers import eventually, schedule_worker, temporal
+from tests.test_schedule_workflow import Recorder, runs_of
 
 
 async def _start_with_cli(address: str, task_queue: str, object_id: str, overlap: str) -> None:
@@ -47,7 +47,7 @@ async def test_ticks_while_every_slot_is_busy_follow_the_overlap_policy(
 ) -> None:
     recorder = Recorder()
     object_id = f"overlap-{overlap}-{unique}"
-    async with schedule_worker(client, task_queue, recorder):
+    async with schedule_worker(client, task_queue, recorder.activities()):
         await _start_with_cli(dev_server_address, task_queue, object_id, overlap)
         handle = client.get_workflow_handle(f"schedule:{object_id}")
         # The first run holds the only slot (gated) while later ticks find it busy.

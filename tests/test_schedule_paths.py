@@ -21,19 +21,18 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from durability.registry import workflow_runner
-from tests.helpers import cache_options, eventually
+from tests.helpers import eventually, schedule_worker
 from tests.test_schedule_workflow import (
     Recorder,
     _no_runs_left,
+    cancel_and_drain,
+    every_second,
+    live_schedule,
     runs_of,
-    schedule_worker,
     set_schedule,
     start_schedule,
 )
 from workflows import search_attributes
-from workflows.schedule.run import ScheduledRunWorkflow
-from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
 # Far from any test's clock: a schedule that never ticks while the test runs.
 YEARLY = "0 0 1 1 *"
@@ -57,7 +56,7 @@ async def test_an_invalid_start_input_fails_the_schedule_once_naming_the_field(
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
+    async with schedule_worker(client, task_queue, recorder.activities()):
         handle = await client.start_workflow(
             "DurabilitySchedule",
             {
@@ -93,9 +92,8 @@ async def test_next_tick_at_is_refreshed_when_the_tick_moves_earlier_or_over_a_m
     """README: `DurabilityNextTickAt` is never later than the real next tick and at most a
     minute earlier; it is not upserted on every tick."""
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique)
-        assert await set_schedule(handle, expression=YEARLY, version=1)
+    schedule = {"expression": YEARLY, "version": 1}
+    async with live_schedule(client, task_queue, unique, recorder, schedule) as handle:
         new_year = (await handle.query("get"))["next_at"]
         await eventually(lambda: _published(handle, new_year))
 
@@ -129,9 +127,7 @@ async def test_pause_stops_ticks_and_unpause_skips_the_ticks_missed_while_paused
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique)
-        await set_schedule(handle, expression="@every 1s", version=1)
+    async with live_schedule(client, task_queue, unique, recorder, every_second()) as handle:
         await eventually(lambda: recorder.started, timeout=20)
         assert await handle.query("paused") is False
         assert await handle.execute_update("pause", {}, result_type=bool) is True
@@ -157,8 +153,7 @@ async def test_pause_stops_ticks_and_unpause_skips_the_ticks_missed_while_paused
         await eventually(
             lambda: any(r["scheduled_time"] >= kept for r in recorder.started), timeout=20
         )
-        await handle.execute_update("cancel", {})
-        await eventually(_no_runs_left(handle), timeout=20)
+        await cancel_and_drain(handle, timeout=20)
     resumed = sorted(r["scheduled_time"] for r in recorder.started if r["scheduled_time"] >= kept)
     assert resumed[0] == upcoming  # the missed ticks were skipped, not collapsed into a run
     due = {e["scheduled_time"] for e in recorder.events if e["type"] in ("due", "skipped")}
@@ -169,15 +164,12 @@ async def test_an_outcome_slower_than_its_timeout_is_dead_lettered_as_an_outcome
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = Recorder()  # `gated_outcome`: the outcome activity never returns here
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(
-            client,
-            task_queue,
-            unique,
-            outcome_timeout_ms=300,
-            outcome_retries={"max_attempts": 2, "initial_interval_ms": 100},
-        )
-        await set_schedule(handle, expression=YEARLY, version=1, params={"gated_outcome": True})
+    schedule = {"expression": YEARLY, "version": 1, "params": {"gated_outcome": True}}
+    outcomes = {
+        "outcome_timeout_ms": 300,
+        "outcome_retries": {"max_attempts": 2, "initial_interval_ms": 100},
+    }
+    async with live_schedule(client, task_queue, unique, recorder, schedule, **outcomes) as handle:
         scheduled_time = await handle.execute_update("trigger", {}, result_type=int)
         await eventually(
             lambda: [e for e in recorder.events if e["type"] == "dead_lettered"], timeout=20
@@ -212,18 +204,8 @@ async def test_activity_task_queue_sends_every_activity_of_a_schedule_to_that_qu
     recorder = Recorder()
     activity_queue = f"{task_queue}-activities"
     async with (
-        Worker(
-            client,
-            task_queue=task_queue,
-            workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
-            workflow_runner=workflow_runner(),
-            **cache_options(),
-        ),
-        Worker(
-            client,
-            task_queue=activity_queue,
-            activities=[recorder.run, recorder.on_outcome, recorder.lifecycle],
-        ),
+        schedule_worker(client, task_queue),
+        Worker(client, task_queue=activity_queue, activities=recorder.activities()),
     ):
         handle = await start_schedule(
             client, task_queue, unique, activity_task_queue=activity_queue
@@ -257,9 +239,8 @@ async def test_a_bad_cancel_signal_is_dropped_and_counted_and_the_schedule_stays
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique)
-        await set_schedule(handle, expression=YEARLY, version=3)
+    schedule = {"expression": YEARLY, "version": 3}
+    async with live_schedule(client, task_queue, unique, recorder, schedule) as handle:
         await handle.signal("cancel", {"version": "3"})
         await handle.signal("cancel", {"versoin": 3})
         await handle.signal("cancel", "now")
@@ -285,8 +266,7 @@ async def test_trigger_runs_while_paused_and_is_refused_before_anything_is_recor
     """The trigger validator: with no live schedule (never set, or cancelled) a trigger is
     refused and leaves no trace in the history; while paused it runs (README)."""
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique)
+    async with live_schedule(client, task_queue, unique, recorder) as handle:
         refused: list[pytest.ExceptionInfo[WorkflowUpdateFailedError]] = []
         with pytest.raises(WorkflowUpdateFailedError) as never_set:
             await handle.execute_update("trigger", {})
@@ -321,9 +301,10 @@ async def test_a_run_still_delivers_its_outcome_after_its_schedule_was_terminate
     its schedule is terminated: signalling the schedule fails, the run goes on and delivers
     its outcome."""
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique, max_concurrent_runs=1)
-        await set_schedule(handle, expression="@every 1s", version=1, params={"gated_run": True})
+    schedule = every_second(gated_run=True)
+    async with live_schedule(
+        client, task_queue, unique, recorder, schedule, max_concurrent_runs=1
+    ) as handle:
         await eventually(lambda: recorder.started, timeout=20)
         first = recorder.started[0]["scheduled_time"]
         run_id = f"schedule-run:{unique}:{first}"

@@ -9,8 +9,8 @@ import time
 import pytest
 from temporalio.client import Client
 
-from tests.helpers import durability_cli, eventually
-from tests.test_schedule_workflow import Recorder, schedule_worker
+from tests.helpers import durability_cli, eventually, schedule_worker
+from tests.test_schedule_workflow import Recorder
 from workflows.schedule.core import (
     MAX_BACKFILL_RUNS,
     InvalidRequest,
@@ -89,7 +89,7 @@ async def test_pause_trigger_backfill_through_the_cli_reach_the_run_activity(
     object_id = f"ptb-{unique}"
     cli = ("--task-queue", task_queue, "--json")
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
+    async with schedule_worker(client, task_queue, recorder.activities()):
         await durability_cli(
             dev_server_address, *cli, "schedule", "set", object_id, "@every 1h", "--version", "1"
         )

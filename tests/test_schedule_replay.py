@@ -23,18 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio import activity
 from temporalio.client import Client, WorkflowHistory
-from temporalio.exceptions import ApplicationError
-from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from activities.schedule import schedule_activities
-from durability.connect import data_converter
-from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli
-from durability.registry import workflow_runner
-from tests.helpers import production_replayer
-from workflows import search_attributes
+from tests.helpers import OutcomeReceiver, production_replayer, schedule_worker, start_dev_server
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
@@ -60,22 +52,6 @@ def test_histories_of_both_workflows_are_committed() -> None:
     } <= names
 
 
-class RefusingReceiver:
-    """Runs succeed; outcomes are refused while `refusing` (so they are dead-lettered)."""
-
-    def __init__(self) -> None:
-        self.refusing = True
-
-    @activity.defn(name="run")
-    async def run(self, run: dict[str, Any]) -> None:
-        return None
-
-    @activity.defn(name="on_outcome")
-    async def on_outcome(self, run: dict[str, Any], outcome: dict[str, Any]) -> None:
-        if self.refusing:
-            raise ApplicationError("receiver down", type="Unavailable")
-
-
 def save(name: str, history: WorkflowHistory) -> None:
     recorded = {"workflow_id": history.workflow_id, "history": json.loads(history.to_json())}
     (HISTORIES / f"{name}.json").write_text(json.dumps(recorded, indent=1))
@@ -90,14 +66,8 @@ async def record_messages(client: Client, suffix: str) -> None:
     """One slot, pause/unpause, trigger, backfill, dead letters and a redelivery."""
     task_queue = f"record-{uuid.uuid4().hex[:8]}"
     object_id = f"replay-messages{suffix}"
-    receiver = RefusingReceiver()
-    async with Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
-        activities=[receiver.run, receiver.on_outcome],
-        workflow_runner=workflow_runner(),
-    ):
+    receiver = OutcomeReceiver()
+    async with schedule_worker(client, task_queue, receiver.activities()):
         handle = await client.start_workflow(
             "DurabilitySchedule",
             {
@@ -141,13 +111,7 @@ async def record(client: Client, suffix: str) -> None:
     cancel) and save the histories of the schedule's first execution and of one run."""
     task_queue = f"record-{uuid.uuid4().hex[:8]}"
     object_id = f"replay-recorded{suffix}"
-    async with Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
-        activities=schedule_activities(),
-        workflow_runner=workflow_runner(),
-    ):
+    async with schedule_worker(client, task_queue, schedule_activities()):
         handle = await client.start_workflow(
             "DurabilitySchedule",
             {"lifecycle_activity": "lifecycle", "continue_as_new_after_events": 120},
@@ -180,13 +144,7 @@ async def record(client: Client, suffix: str) -> None:
 
 
 async def _main(suffix: str) -> None:
-    env = await WorkflowEnvironment.start_local(
-        data_converter=data_converter(),
-        dev_server_existing_path=temporal_cli(),
-        dev_server_extra_args=TIMER_SHIFT_ARGS,
-        search_attributes=search_attributes.ALL,
-        dev_server_log_level="error",
-    )
+    env = await start_dev_server()
     try:
         await record(env.client, suffix)
         await record_messages(env.client, suffix)

@@ -10,12 +10,8 @@ from zoneinfo import ZoneInfo
 
 from temporalio import activity
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
-from durability.registry import workflow_runner
-from tests.helpers import eventually
-from workflows.schedule.run import ScheduledRunWorkflow
-from workflows.schedule.workflow import DurabilityScheduleWorkflow
+from tests.helpers import eventually, schedule_worker
 
 NEW_YORK = ZoneInfo("America/New_York")
 HOUR_MS = 3_600_000
@@ -33,16 +29,6 @@ class Recorder:
     @activity.defn(name="on_outcome")
     async def on_outcome(self, run: dict[str, Any], outcome: dict[str, Any]) -> None:
         self.outcomes.append(run)
-
-
-def worker(env: WorkflowEnvironment, task_queue: str, recorder: Recorder) -> Worker:
-    return Worker(
-        env.client,
-        task_queue=task_queue,
-        workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
-        activities=[recorder.run, recorder.on_outcome],
-        workflow_runner=workflow_runner(),
-    )
 
 
 async def skip_to(env: WorkflowEnvironment, moment: datetime) -> None:
@@ -63,7 +49,7 @@ async def test_hourly_cron_tz_across_a_week_with_a_spring_forward(
     start = (change - timedelta(days=3)).astimezone(UTC)
     await skip_to(env, start)
     recorder = Recorder()
-    async with worker(env, task_queue, recorder):
+    async with schedule_worker(env.client, task_queue, [recorder.run, recorder.on_outcome]):
         hourly = await env.client.start_workflow(
             "DurabilitySchedule",
             # The time-skipping server stops skipping time after this workflow continues as

@@ -7,7 +7,7 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,13 +22,9 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.exceptions import ApplicationError
-from temporalio.worker import Worker
 
-from durability.registry import workflow_runner
-from tests.helpers import cache_options, eventually, temporal
+from tests.helpers import eventually, schedule_worker, temporal
 from workflows import search_attributes
-from workflows.schedule.run import ScheduledRunWorkflow
-from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
 
 @dataclass
@@ -95,21 +91,8 @@ class Recorder:
         """Outcome calls that succeeded (the last attempt of each run that returned)."""
         return [o for o in self.outcomes if o[2] > o[0]["params"].get("outcome_failures", 0)]
 
-
-@asynccontextmanager
-async def schedule_worker(
-    client: Client, task_queue: str, recorder: Recorder
-) -> AsyncIterator[Worker]:
-    """A worker for the schedule's two workflows and the recorder's activities."""
-    async with Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
-        activities=[recorder.run, recorder.on_outcome, recorder.lifecycle],
-        workflow_runner=workflow_runner(),
-        **cache_options(),
-    ) as worker:
-        yield worker
+    def activities(self) -> list[Callable[..., Any]]:
+        return [self.run, self.on_outcome, self.lifecycle]
 
 
 async def start_schedule(
@@ -127,18 +110,46 @@ async def set_schedule(handle: WorkflowHandle[Any, Any], **payload: Any) -> bool
     return bool(await handle.execute_update("set", payload, result_type=bool))
 
 
+def every_second(**params: Any) -> dict[str, Any]:
+    """The `set` payload `@every 1s`, version 1, with `params` (none: the workflow's default)."""
+    return {"expression": "@every 1s", "version": 1, **({"params": params} if params else {})}
+
+
+@asynccontextmanager
+async def live_schedule(
+    client: Client,
+    task_queue: str,
+    object_id: str,
+    recorder: Recorder,
+    schedule: Mapping[str, Any] | None = None,
+    **settings: Any,
+) -> AsyncIterator[WorkflowHandle[Any, Any]]:
+    """The recorder's worker, with the schedule of `object_id` started (`settings`: its start
+    input besides the lifecycle activity) and, given `schedule`, set to it (the first set of
+    a fresh schedule is applied)."""
+    async with schedule_worker(client, task_queue, recorder.activities()):
+        handle = await start_schedule(client, task_queue, object_id, **settings)
+        if schedule is not None:
+            assert await set_schedule(handle, **schedule)
+        yield handle
+
+
 async def runs_of(handle: WorkflowHandle[Any, Any]) -> list[dict[str, Any]]:
     runs: list[dict[str, Any]] = await handle.query("runs")
     return runs
+
+
+async def cancel_and_drain(handle: WorkflowHandle[Any, Any], timeout: float = 30) -> None:
+    """Cancel the schedule, then wait until every run it recorded has reported."""
+    await handle.execute_update("cancel", {})
+    await eventually(_no_runs_left(handle), timeout=timeout)
 
 
 async def test_runs_fire_on_time_and_their_outcomes_reach_the_outcome_activity(
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique)
-        assert await set_schedule(handle, expression="@every 1s", version=1, params={"k": "v"})
+    async with live_schedule(client, task_queue, unique, recorder, every_second(k="v")) as handle:
         await eventually(lambda: len(recorder.delivered()) >= 2)
         key = recorder.delivered()[0][0]["idempotency_key"]
         await eventually(lambda: len([e for e in recorder.events if e["id"] == key]) >= 3)
@@ -175,8 +186,7 @@ async def test_set_stores_only_a_higher_version_and_keeps_a_versions_picked_jitt
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique)
+    async with live_schedule(client, task_queue, unique, recorder) as handle:
         assert await set_schedule(handle, expression="@every 1s", version=5, params={"tag": "a"})
         assert not await set_schedule(handle, expression="@every 2s", version=5)
         assert not await set_schedule(handle, expression="@every 2s", version=4)
@@ -199,9 +209,8 @@ async def test_cancel_stops_ticks_while_the_in_flight_run_still_reports(
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique)
-        await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 1500})
+    schedule = every_second(sleep_ms=1500)
+    async with live_schedule(client, task_queue, unique, recorder, schedule) as handle:
         await eventually(lambda: recorder.started)
         assert await handle.execute_update("cancel", {}, result_type=bool)
         recorded = {r["scheduled_time"] for r in await runs_of(handle)}
@@ -228,9 +237,10 @@ async def test_one_slot_queues_runs_and_starts_them_in_scheduled_time_order(
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique, max_concurrent_runs=1)
-        await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 1300})
+    schedule = every_second(sleep_ms=1300)
+    async with live_schedule(
+        client, task_queue, unique, recorder, schedule, max_concurrent_runs=1
+    ) as handle:
 
         async def queued_behind_a_running_run() -> list[dict[str, Any]] | None:
             runs = await runs_of(handle)
@@ -239,8 +249,7 @@ async def test_one_slot_queues_runs_and_starts_them_in_scheduled_time_order(
 
         snapshot = await eventually(queued_behind_a_running_run)
         await eventually(lambda: len(recorder.started) >= 3, timeout=30)
-        await handle.execute_update("cancel", {})
-        await eventually(_no_runs_left(handle), timeout=30)
+        await cancel_and_drain(handle)
 
     assert recorder.max_in_flight == 1
     started = [r["scheduled_time"] for r in recorder.started]
@@ -255,11 +264,9 @@ async def test_a_run_past_its_timeout_is_cancelled_and_errored_as_timeout(
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(
-            client, task_queue, unique, run_timeout_ms=1000, run_heartbeat_timeout_ms=1000
-        )
-        await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 20_000})
+    schedule = every_second(sleep_ms=20_000)
+    timeouts = {"run_timeout_ms": 1000, "run_heartbeat_timeout_ms": 1000}
+    async with live_schedule(client, task_queue, unique, recorder, schedule, **timeouts) as handle:
         await eventually(lambda: recorder.started)
         await handle.execute_update("cancel", {})
         first = recorder.started[0]["scheduled_time"]
@@ -279,17 +286,12 @@ async def test_a_run_whose_worker_stops_heartbeating_is_interrupted_not_rerun(
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique, run_heartbeat_timeout_ms=1000)
-        await set_schedule(
-            handle,
-            expression="@every 1s",
-            version=1,
-            params={"sleep_ms": 3000, "no_heartbeat": True},
-        )
+    schedule = every_second(sleep_ms=3000, no_heartbeat=True)
+    async with live_schedule(
+        client, task_queue, unique, recorder, schedule, run_heartbeat_timeout_ms=1000
+    ) as handle:
         await eventually(lambda: recorder.started)
-        await handle.execute_update("cancel", {})
-        await eventually(_no_runs_left(handle), timeout=30)
+        await cancel_and_drain(handle)
 
     run, outcome, _ = recorder.delivered()[0]
     assert outcome["status"] == "errored"
@@ -306,22 +308,13 @@ async def test_a_refused_outcome_is_redelivered_as_is_until_it_is_accepted(
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(
-            client,
-            task_queue,
-            unique,
-            outcome_retries={"max_attempts": 5, "initial_interval_ms": 100},
-        )
-        await set_schedule(
-            handle,
-            expression="@every 1s",
-            version=1,
-            params={"fail": True, "outcome_failures": 2},
-        )
+    schedule = every_second(fail=True, outcome_failures=2)
+    retries = {"max_attempts": 5, "initial_interval_ms": 100}
+    async with live_schedule(
+        client, task_queue, unique, recorder, schedule, outcome_retries=retries
+    ) as handle:
         await eventually(lambda: recorder.delivered())
-        await handle.execute_update("cancel", {})
-        await eventually(_no_runs_left(handle), timeout=30)
+        await cancel_and_drain(handle)
 
     run, outcome, attempt = recorder.delivered()[0]
     assert attempt == 3
@@ -338,19 +331,13 @@ async def test_an_outcome_refused_max_attempts_times_is_dead_lettered_and_forgot
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(
-            client,
-            task_queue,
-            unique,
-            outcome_retries={"max_attempts": 3, "initial_interval_ms": 100},
-        )
-        await set_schedule(
-            handle, expression="@every 1s", version=1, params={"outcome_failures": 99}
-        )
+    schedule = every_second(outcome_failures=99)
+    retries = {"max_attempts": 3, "initial_interval_ms": 100}
+    async with live_schedule(
+        client, task_queue, unique, recorder, schedule, outcome_retries=retries
+    ) as handle:
         await eventually(lambda: any(e["type"] == "dead_lettered" for e in recorder.events))
-        await handle.execute_update("cancel", {})
-        await eventually(_no_runs_left(handle), timeout=30)
+        await cancel_and_drain(handle)
         dead = next(e for e in recorder.events if e["type"] == "dead_lettered")
         run_handle = client.get_workflow_handle(f"schedule-run:{dead['id']}")
         result = await run_handle.result()
@@ -366,8 +353,9 @@ async def test_continue_as_new_keeps_in_flight_runs_and_duplicates_nothing(
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique, continue_as_new_after_events=10)
+    async with live_schedule(
+        client, task_queue, unique, recorder, continue_as_new_after_events=10
+    ) as handle:
         first_run_id = (await handle.describe()).run_id
         # Runs outlasting the drain before continue-as-new (at most 10 more events here):
         # still running at it.
@@ -427,8 +415,9 @@ async def test_continue_as_new_waits_for_short_runs_to_end_and_hands_over_nothin
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique, continue_as_new_after_events=20)
+    async with live_schedule(
+        client, task_queue, unique, recorder, continue_as_new_after_events=20
+    ) as handle:
         first_run_id = (await handle.describe()).run_id
         await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 300})
 
@@ -437,8 +426,7 @@ async def test_continue_as_new_waits_for_short_runs_to_end_and_hands_over_nothin
             return (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
 
         await eventually(continued, timeout=30)
-        await client.get_workflow_handle(handle.id).execute_update("cancel", {})
-        await eventually(_no_runs_left(client.get_workflow_handle(handle.id)), timeout=30)
+        await cancel_and_drain(client.get_workflow_handle(handle.id))
     history = await client.get_workflow_handle(handle.id, run_id=first_run_id).fetch_history()
     kinds = [event.event_type for event in history.events]
     initiated = kinds.count(EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED)
@@ -454,8 +442,7 @@ async def test_bad_updates_are_rejected_naming_the_field_and_bad_signals_are_dro
     client: Client, task_queue: str, unique: str, dev_server_address: str
 ) -> None:
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique)
+    async with live_schedule(client, task_queue, unique, recorder) as handle:
         with pytest.raises(WorkflowUpdateFailedError) as rejected:
             await set_schedule(handle, expression="@every 1s", version=-1)
         assert "set.version" in str(rejected.value.cause) and "-1" in str(rejected.value.cause)
@@ -495,8 +482,7 @@ async def test_bad_updates_are_rejected_naming_the_field_and_bad_signals_are_dro
         )  # fmt: skip
         await eventually(lambda: len(recorder.delivered()) >= 2)
         assert await handle.query("dropped_signals") == 1
-        await handle.execute_update("cancel", {})
-        await eventually(_no_runs_left(handle), timeout=30)
+        await cancel_and_drain(handle)
 
     assert {r["object_id"] for r in recorder.started} == {unique}
 
@@ -505,9 +491,7 @@ async def test_a_worker_outage_collapses_missed_ticks_into_one_run_at_the_earlie
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique)
-        await set_schedule(handle, expression="@every 1s", version=1)
+    async with live_schedule(client, task_queue, unique, recorder, every_second()) as handle:
         await eventually(lambda: recorder.delivered())
         before = (await handle.query("get"))["next_at"]
     # No worker: wait until two more ticks after `before` are due as well.
@@ -521,7 +505,7 @@ async def test_a_worker_outage_collapses_missed_ticks_into_one_run_at_the_earlie
     def late(event: dict[str, Any]) -> int:
         return int(event["timestamp"] - event["scheduled_time"])
 
-    async with schedule_worker(client, task_queue, recorder):
+    async with schedule_worker(client, task_queue, recorder.activities()):
         # The tick that fired once the worker was back, then the one after it.
         await eventually(lambda: any(late(e) >= 2000 for e in dues()), timeout=20)
         collapsed = max(dues(), key=late)
@@ -529,8 +513,7 @@ async def test_a_worker_outage_collapses_missed_ticks_into_one_run_at_the_earlie
             lambda: any(e["scheduled_time"] > collapsed["scheduled_time"] for e in dues()),
             timeout=20,
         )
-        await handle.execute_update("cancel", {})
-        await eventually(_no_runs_left(handle), timeout=30)
+        await cancel_and_drain(handle)
 
     # What the workflow saw (its own clock, from the `due` event): at `fired`, every tick of
     # `@every 1s` from `collapsed` to `fired` was due. One run, for the earliest of them; the
@@ -553,9 +536,10 @@ async def test_a_run_terminated_from_outside_frees_its_slot_and_leaves_the_runs_
     """An operator terminates a stuck run: the schedule learns it from the child's closing
     (it will never report), frees the slot for the queued runs and forgets it."""
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique, max_concurrent_runs=1)
-        await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 60_000})
+    schedule = every_second(sleep_ms=60_000)
+    async with live_schedule(
+        client, task_queue, unique, recorder, schedule, max_concurrent_runs=1
+    ) as handle:
         await eventually(lambda: len(recorder.started) >= 1, timeout=15)
         stuck = recorder.started[0]["scheduled_time"]
         await eventually(
@@ -583,11 +567,10 @@ async def test_a_slow_outcome_delivery_frees_the_slot_before_the_outcome_is_deli
     with one slot and outcome deliveries that do not return until the test lets them, the
     next run starts while the first outcome is still being delivered."""
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique, max_concurrent_runs=1)
-        await set_schedule(
-            handle, expression="@every 1s", version=1, params={"gated_outcome": True}
-        )
+    schedule = every_second(gated_outcome=True)
+    async with live_schedule(
+        client, task_queue, unique, recorder, schedule, max_concurrent_runs=1
+    ) as handle:
         await eventually(lambda: len(recorder.started) >= 2, timeout=15)
         first = recorder.started[0]["scheduled_time"]
         # The first run's delivery is under way and cannot return before the gate opens.
@@ -596,8 +579,7 @@ async def test_a_slow_outcome_delivery_frees_the_slot_before_the_outcome_is_deli
         )
         assert recorder.accepted == []
         recorder.outcome_gate.set()
-        await handle.execute_update("cancel", {})
-        await eventually(_no_runs_left(handle), timeout=30)
+        await cancel_and_drain(handle)
     assert recorder.accepted.count(first) == 1
     assert sorted(recorder.accepted) == sorted(r["scheduled_time"] for r in recorder.started)
 
@@ -611,19 +593,16 @@ async def test_a_tick_that_finds_the_queue_full_is_skipped_with_a_lifecycle_even
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(
-            client, task_queue, unique, max_concurrent_runs=1, max_queued_runs=0
-        )
-        await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 2500})
+    schedule = every_second(sleep_ms=2500)
+    slots = {"max_concurrent_runs": 1, "max_queued_runs": 0}
+    async with live_schedule(client, task_queue, unique, recorder, schedule, **slots) as handle:
 
         def skipped() -> list[dict[str, Any]]:
             return [e for e in recorder.events if e["type"] == "skipped"]
 
         await eventually(lambda: len(skipped()) >= 2, timeout=20)
         assert await handle.query("skipped_ticks") >= 2
-        await handle.execute_update("cancel", {})
-        await eventually(_no_runs_left(handle), timeout=20)
+        await cancel_and_drain(handle, timeout=20)
     event = skipped()[0]
     assert event["reason"] == "queue_full"
     assert event["id"] == f"{unique}:{event['scheduled_time']}"
@@ -636,9 +615,7 @@ async def test_a_backfilled_time_that_already_ran_is_refused_by_its_child_id(
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique)
-        await set_schedule(handle, expression="@every 1s", version=1)
+    async with live_schedule(client, task_queue, unique, recorder, every_second()) as handle:
         await eventually(lambda: recorder.delivered(), timeout=20)
         ran = recorder.delivered()[0][0]["scheduled_time"]
         await handle.execute_update("pause", {})  # no more ticks; the schedule stays live
@@ -660,9 +637,9 @@ async def test_a_time_that_ran_is_refused_after_continue_as_new_and_a_new_versio
     is not the one that ran it (continue-as-new) and a new version is live; the child
     workflow ID alone refuses the second start."""
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(client, task_queue, unique, continue_as_new_after_events=30)
-        await set_schedule(handle, expression="@every 1s", version=1, params={"v": 1})
+    async with live_schedule(
+        client, task_queue, unique, recorder, every_second(v=1), continue_as_new_after_events=30
+    ) as handle:
         await eventually(lambda: recorder.delivered(), timeout=20)
         ran = recorder.delivered()[0][0]["scheduled_time"]
         ran_by = await client.get_workflow_handle(f"schedule-run:{unique}:{ran}").describe()
@@ -707,10 +684,9 @@ async def test_trigger_rejections_are_typed_and_not_retryable(
 ) -> None:
     """A refused update says what kind of refusal it is and that resending will not help."""
     recorder = Recorder()
-    async with schedule_worker(client, task_queue, recorder):
-        handle = await start_schedule(
-            client, task_queue, unique, max_concurrent_runs=1, max_queued_runs=0
-        )
+    async with live_schedule(
+        client, task_queue, unique, recorder, max_concurrent_runs=1, max_queued_runs=0
+    ) as handle:
         with pytest.raises(WorkflowUpdateFailedError) as no_schedule:
             await handle.execute_update("trigger", {})
         await set_schedule(handle, expression="0 0 1 1 *", version=1, params={"sleep_ms": 3000})

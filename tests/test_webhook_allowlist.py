@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -26,7 +27,15 @@ from activities.schedule import (
     WebhookAllowlistError,
     schedule_activities,
 )
-from tests.helpers import PROJECT_ROOT, eventually, run_command, running_worker, subprocess_env
+from tests.helpers import (
+    PROJECT_ROOT,
+    eventually,
+    http_server,
+    run_command,
+    running_worker,
+    start_webhook_schedule,
+    subprocess_env,
+)
 from workflows.schedule.models import Outcome, ScheduledRunObject
 
 
@@ -69,22 +78,15 @@ def _handler(state: Server) -> type[BaseHTTPRequestHandler]:
 @pytest.fixture
 def serve() -> Iterator[Callable[..., Server]]:
     """Start real servers on 127.0.0.1 (free ports); all are closed after the test."""
-    started: list[ThreadingHTTPServer] = []
+    with ExitStack() as servers:
 
-    def start(**settings: Any) -> Server:
-        state = Server(**settings)
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-        httpd.daemon_threads = True
-        state.port = httpd.server_address[1]
-        state.url = f"http://127.0.0.1:{state.port}"
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        started.append(httpd)
-        return state
+        def start(**settings: Any) -> Server:
+            state = Server(**settings)
+            state.url = servers.enter_context(http_server(_handler(state)))
+            state.port = urlsplit(state.url).port or 0
+            return state
 
-    yield start
-    for httpd in started:
-        httpd.shutdown()
-        httpd.server_close()
+        yield start
 
 
 def run_to(url: str | None = None, **params: Any) -> ScheduledRunObject:
@@ -367,20 +369,8 @@ async def test_a_refused_run_webhook_reaches_the_runs_outcome_as_a_non_retried_e
     async with running_worker(
         client, task_queue, activities=schedule_activities(allowed_urls=allowlist)
     ):
-        handle = await client.start_workflow(
-            "DurabilitySchedule",
-            {
-                "run_activity": "run_webhook",
-                "outcome_activity": "on_outcome_webhook",
-                "outcome_retries": {"initial_interval_ms": 100},
-            },
-            id=f"schedule:{unique}",
-            task_queue=task_queue,
-        )
         params = {"url": f"{outside.url}/run", "outcome_url": f"{allowed.url}/outcome"}
-        await handle.execute_update(
-            "set", {"expression": "@every 1s", "version": 1, "params": params}
-        )
+        handle = await start_webhook_schedule(client, task_queue, unique, params)
         await eventually(lambda: allowed.bodies)
         await handle.execute_update("cancel", {})
 
