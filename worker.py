@@ -11,6 +11,10 @@ Settings (environment):
       workflow task replays the history from its first event: slower, never less correct).
   DURABILITY_MAX_CONCURRENT_WORKFLOW_TASKS   workflow tasks run at once (default 100, >= 1).
   DURABILITY_MAX_CONCURRENT_ACTIVITIES       activities run at once (default 100, >= 1).
+  DURABILITY_POLLER_AUTOSCALING
+      1 (default): the workflow and activity task pollers scale with the server's feedback;
+      0: the SDK's fixed pollers (5 per kind, of which 1 polls for new workflows' first tasks,
+      which caps how fast a worker takes up many newly started schedules).
   DURABILITY_DEPLOYMENT_NAME, DURABILITY_BUILD_ID
       worker versioning: both set turns on Worker Deployment versioning.
   DURABILITY_ENCRYPTION_KEYS  id:base64,id2:base64,...: AES-256 key ring; payloads under any
@@ -48,7 +52,13 @@ from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import Worker, WorkerDeploymentConfig
+from temporalio.worker import (
+    PollerBehavior,
+    PollerBehaviorAutoscaling,
+    PollerBehaviorSimpleMaximum,
+    Worker,
+    WorkerDeploymentConfig,
+)
 
 from activities.schedule import WebhookAllowlist, WebhookAllowlistError
 from durability.connect import ConfigurationError, connect, task_queue
@@ -118,6 +128,13 @@ class WorkerTuning:
     max_cached_workflows: int
     max_concurrent_workflow_tasks: int
     max_concurrent_activities: int
+    poller_autoscaling: bool = True
+
+    def poller_behavior(self) -> PollerBehavior:
+        """How the workflow and activity task pollers are sized."""
+        if self.poller_autoscaling:
+            return PollerBehaviorAutoscaling()
+        return PollerBehaviorSimpleMaximum()
 
 
 def worker_tuning(env: Mapping[str, str]) -> WorkerTuning:
@@ -130,14 +147,17 @@ def worker_tuning(env: Mapping[str, str]) -> WorkerTuning:
         max_concurrent_activities=_int_setting(
             env, "DURABILITY_MAX_CONCURRENT_ACTIVITIES", 100, minimum=1
         ),
+        poller_autoscaling=_flag_setting(env, "DURABILITY_POLLER_AUTOSCALING", default=True),
     )
 
 
-def _flag_setting(env: Mapping[str, str], name: str) -> bool:
-    raw = env.get(name, "0")
+def _flag_setting(env: Mapping[str, str], name: str, default: bool = False) -> bool:
+    raw = env.get(name, "")
+    if raw.strip() == "":
+        return default
     if raw.strip().lower() in ("1", "true", "yes"):
         return True
-    if raw.strip().lower() in ("", "0", "false", "no"):
+    if raw.strip().lower() in ("0", "false", "no"):
         return False
     raise ConfigurationError(f"{name} must be 1 or 0, got {raw!r}")
 
@@ -265,6 +285,8 @@ async def run_worker(env: Mapping[str, str] | None = None) -> None:
         max_cached_workflows=tuning.max_cached_workflows,
         max_concurrent_workflow_tasks=tuning.max_concurrent_workflow_tasks,
         max_concurrent_activities=tuning.max_concurrent_activities,
+        workflow_task_poller_behavior=tuning.poller_behavior(),
+        activity_task_poller_behavior=tuning.poller_behavior(),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

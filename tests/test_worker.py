@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import PollerBehaviorAutoscaling, PollerBehaviorSimpleMaximum
 
 import worker
 from durability.run import DEMO
@@ -64,15 +65,22 @@ async def test_worker_polls_its_task_queue_and_exits_zero_on_sigterm(
     assert returncode == 0, output
     assert "worker stopped" in output
     assert (
-        "max_cached_workflows=0, max_concurrent_workflow_tasks=100, max_concurrent_activities=7"
-        in output
+        "max_cached_workflows=0, max_concurrent_workflow_tasks=100, max_concurrent_activities=7, "
+        "poller_autoscaling=True" in output
     )
 
 
 def test_worker_tuning_defaults() -> None:
-    assert worker.worker_tuning({}) == worker.WorkerTuning(
-        max_cached_workflows=1000, max_concurrent_workflow_tasks=100, max_concurrent_activities=100
+    defaults = worker.worker_tuning({})
+    assert defaults == worker.WorkerTuning(
+        max_cached_workflows=1000,
+        max_concurrent_workflow_tasks=100,
+        max_concurrent_activities=100,
+        poller_autoscaling=True,
     )
+    assert isinstance(defaults.poller_behavior(), PollerBehaviorAutoscaling)
+    fixed = worker.worker_tuning({"DURABILITY_POLLER_AUTOSCALING": "0"})
+    assert isinstance(fixed.poller_behavior(), PollerBehaviorSimpleMaximum)
 
 
 @pytest.mark.parametrize(
@@ -110,6 +118,11 @@ def test_worker_tuning_defaults() -> None:
             "DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK",
             "maybe",
             "DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK must be 1 or 0, got 'maybe'",
+        ),
+        (
+            "DURABILITY_POLLER_AUTOSCALING",
+            "sometimes",
+            "DURABILITY_POLLER_AUTOSCALING must be 1 or 0, got 'sometimes'",
         ),
     ],
 )
