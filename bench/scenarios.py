@@ -197,7 +197,10 @@ def _passes(res: LoadResult, p99: float) -> bool:
 
 async def capacity(ctx: Ctx) -> None:
     r = ctx.results
-    levels = [15, 25, 35, 45, 55] if ctx.quick else [10, 20, 30, 40, 50, 60, 80, 100]
+    # Fine steps at the low end: a file-backed server passes or fails there (issue 13, goal 3).
+    levels = [5, 8, 11, 15, 20, 25, 35, 45, 55]
+    if not ctx.quick:
+        levels = [5, 8, 11, 15, 20, 30, 40, 50, 60, 80, 100]
     duration = 12 if ctx.quick else 30
     sides = ["durability", "native", "chain"] if ctx.product.schedule else ["native", "chain"]
     capacities: dict[str, float] = {side: 0.0 for side in sides}
