@@ -29,7 +29,7 @@ from tests.test_ledger_support import (
     requests,
     snapshot,
 )
-from tests.test_ledger_workflow import enqueue, http_input, settled, start_ledger
+from tests.test_ledger_workflow import enqueue, http_input, live_ledger, settled, start_ledger
 from workflows.ledger.models import LedgerInput
 from workflows.ledger.workflow import OperationLedgerWorkflow
 
@@ -152,30 +152,27 @@ async def test_a_request_whose_workflow_fails_blocks_until_resume_which_asks_fir
             return 200, {}, {"outcome": "applied"}
         return 202, {}, {"outcome": "accepted"}
 
-    with recording_server(answer) as server:
-        activities = ledger_activities(server.base_url)
-        async with ledger_worker(client, task_queue, activities):
-            handle = await start_ledger(client, unique, task_queue, http_input())
-            await enqueue(handle, intent("a", ["c1"]), intent("b", ["c1"]))
-            request = await in_flight_request(handle, "a")
-            child = client.get_workflow_handle(f"request:{unique}:{request['id']}")
-            await child.terminate("an operator gave up on it")
+    async with live_ledger(client, task_queue, unique, answer) as (server, handle):
+        await enqueue(handle, intent("a", ["c1"]), intent("b", ["c1"]))
+        request = await in_flight_request(handle, "a")
+        child = client.get_workflow_handle(f"request:{unique}:{request['id']}")
+        await child.terminate("an operator gave up on it")
 
-            async def blocked() -> dict[str, Any] | None:
-                snap = await snapshot(handle)
-                return snap if operations(snap)["a"]["phase"] == "blocked" else None
+        async def blocked() -> dict[str, Any] | None:
+            snap = await snapshot(handle)
+            return snap if operations(snap)["a"]["phase"] == "blocked" else None
 
-            snap = await eventually(blocked, timeout=30)
-            a = operations(snap)["a"]
-            assert a["blockers"][0].startswith("request_workflow_failed: ")
-            assert requests(snap)[request["id"]]["phase"] == "blocked"
-            assert snap["claims"] == {"c1": request["id"]}
-            assert operations(snap)["b"]["phase"] == "pending"
-            sent_before = len(server.sent(request["id"]))
-            decided["yes"] = True
-            resumed = await handle.execute_update("resume", {}, result_type=dict)
-            assert resumed == {"resumed": [request["id"]]}
-            snap = await settled(handle)
+        snap = await eventually(blocked, timeout=30)
+        a = operations(snap)["a"]
+        assert a["blockers"][0].startswith("request_workflow_failed: ")
+        assert requests(snap)[request["id"]]["phase"] == "blocked"
+        assert snap["claims"] == {"c1": request["id"]}
+        assert operations(snap)["b"]["phase"] == "pending"
+        sent_before = len(server.sent(request["id"]))
+        decided["yes"] = True
+        resumed = await handle.execute_update("resume", {}, result_type=dict)
+        assert resumed == {"resumed": [request["id"]]}
+        snap = await settled(handle)
     ops = operations(snap)
     assert ops["a"]["outcome"] == ops["b"]["outcome"] == "applied"
     assert ops["a"]["request_id"] == request["id"]
@@ -199,35 +196,32 @@ async def test_a_request_whose_workflow_id_is_taken_blocks_as_already_running(
             return 401, {}, {"error": "token expired"}
         return 200, {}, {"outcome": "applied"}
 
-    with recording_server(answer) as server:
-        activities = ledger_activities(server.base_url)
-        async with ledger_worker(client, task_queue, activities):
-            handle = await start_ledger(client, unique, task_queue, http_input())
-            await enqueue(handle, intent("a", ["c1"]))
-            await eventually(lambda: _phase_is(handle, "a", "blocked"), timeout=30)
-            request_id = operations(await snapshot(handle))["a"]["request_id"]
-            workflow_id = f"request:{unique}:{request_id}"
-            await client.get_workflow_handle(workflow_id).result()  # the blocked loop ended
-            squatter = await client.start_workflow(
-                "Squatter", id=workflow_id, task_queue=f"{task_queue}-nobody"
-            )
-            fixed["yes"] = True
-            assert await handle.execute_update("resume", {}, result_type=dict) == {
-                "resumed": [request_id]
-            }
+    async with live_ledger(client, task_queue, unique, answer) as (server, handle):
+        await enqueue(handle, intent("a", ["c1"]))
+        await eventually(lambda: _phase_is(handle, "a", "blocked"), timeout=30)
+        request_id = operations(await snapshot(handle))["a"]["request_id"]
+        workflow_id = f"request:{unique}:{request_id}"
+        await client.get_workflow_handle(workflow_id).result()  # the blocked loop ended
+        squatter = await client.start_workflow(
+            "Squatter", id=workflow_id, task_queue=f"{task_queue}-nobody"
+        )
+        fixed["yes"] = True
+        assert await handle.execute_update("resume", {}, result_type=dict) == {
+            "resumed": [request_id]
+        }
 
-            async def already_running() -> dict[str, Any] | None:
-                snap = await snapshot(handle)
-                a = operations(snap)["a"]
-                return snap if a["blockers"] == ["request_workflow_already_running"] else None
+        async def already_running() -> dict[str, Any] | None:
+            snap = await snapshot(handle)
+            a = operations(snap)["a"]
+            return snap if a["blockers"] == ["request_workflow_already_running"] else None
 
-            snap = await eventually(already_running, timeout=30)
-            assert requests(snap)[request_id]["phase"] == "blocked"
-            assert snap["claims"] == {"c1": request_id}
-            sent_while_taken = len(server.sent(request_id))
-            await squatter.terminate("the ID is free again")
-            await handle.execute_update("resume", {})
-            snap = await settled(handle)
+        snap = await eventually(already_running, timeout=30)
+        assert requests(snap)[request_id]["phase"] == "blocked"
+        assert snap["claims"] == {"c1": request_id}
+        sent_while_taken = len(server.sent(request_id))
+        await squatter.terminate("the ID is free again")
+        await handle.execute_update("resume", {})
+        snap = await settled(handle)
     assert operations(snap)["a"]["outcome"] == "applied"
     assert sent_while_taken == 1  # only the blocked submit: nothing was sent meanwhile
     assert [r.method for r in server.sent(request_id)] == ["POST", "GET"]
@@ -279,17 +273,16 @@ async def test_supported_protocol_versions_decide_which_requests_are_sent(
 ) -> None:
     """A ledger whose interpreter speaks only protocol 2 sends version-2 requests and blocks
     version-1 ones before anything is sent (L11), whatever the default is."""
-    with recording_server() as server:
-        activities = ledger_activities(server.base_url)
-        async with ledger_worker(client, task_queue, activities):
-            config = http_input(supported_protocol_versions=[2])
-            handle = await start_ledger(client, unique, task_queue, config)
-            await enqueue(
-                handle,
-                intent("v2", ["c1"], protocol_version=2),
-                intent("v1", ["c2"], protocol_version=1),
-            )
-            snap = await settled(handle)
+    async with live_ledger(client, task_queue, unique, supported_protocol_versions=[2]) as (
+        server,
+        handle,
+    ):
+        await enqueue(
+            handle,
+            intent("v2", ["c1"], protocol_version=2),
+            intent("v1", ["c2"], protocol_version=1),
+        )
+        snap = await settled(handle)
     ops = operations(snap)
     assert ops["v2"]["outcome"] == "applied"
     assert (ops["v1"]["phase"], ops["v1"]["blockers"]) == (
@@ -306,17 +299,16 @@ async def test_participant_free_types_are_the_configured_ones(
 ) -> None:
     """With `participant_free_types: ["doc.export"]`, an export without canvases is sent,
     and an upload without canvases (participant-free by default) is blocked (L5)."""
-    with recording_server() as server:
-        activities = ledger_activities(server.base_url)
-        async with ledger_worker(client, task_queue, activities):
-            config = http_input(participant_free_types=["doc.export"])
-            handle = await start_ledger(client, unique, task_queue, config)
-            await enqueue(
-                handle,
-                intent("export", [], operation_type="doc.export"),
-                intent("upload", [], operation_type="asset.upload"),
-            )
-            snap = await settled(handle)
+    async with live_ledger(client, task_queue, unique, participant_free_types=["doc.export"]) as (
+        server,
+        handle,
+    ):
+        await enqueue(
+            handle,
+            intent("export", [], operation_type="doc.export"),
+            intent("upload", [], operation_type="asset.upload"),
+        )
+        snap = await settled(handle)
     ops = operations(snap)
     assert ops["export"]["outcome"] == "applied"
     assert json.loads(server.bodies[ops["export"]["request_id"]])["canvas_ids"] == []

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,10 @@ from activities.ledger import compile_passthrough, ledger_activities
 from tests.helpers import eventually, temporal
 from tests.test_ledger_support import (
     Answer,
+    LedgerServer,
+    Responder,
     all_settled,
+    applied,
     intent,
     ledger_worker,
     operations,
@@ -68,6 +73,17 @@ async def start_ledger(
     return await client.start_workflow(
         "OperationLedger", config, id=f"ledger:{ledger_id}", task_queue=task_queue
     )
+
+
+@asynccontextmanager
+async def live_ledger(
+    client: Client, task_queue: str, ledger_id: str, answer: Responder = applied, **config: Any
+) -> AsyncIterator[tuple[LedgerServer, WorkflowHandle[Any, Any]]]:
+    """A recording HTTP server answering with `answer`, a worker whose HTTP activities call it,
+    and a ledger started with `http_input(**config)`; the server's record outlives the block."""
+    with recording_server(answer) as server:
+        async with ledger_worker(client, task_queue, ledger_activities(server.base_url)):
+            yield server, await start_ledger(client, ledger_id, task_queue, http_input(**config))
 
 
 async def enqueue(handle: WorkflowHandle[Any, Any], *intents: dict[str, Any]) -> dict[str, Any]:
@@ -141,12 +157,9 @@ async def test_http_dependencies_claims_lanes_and_frozen_bodies_end_to_end(
         intent("i", ["c2", "c4"]),
         intent("j", [], operation_type="asset.upload", dependencies=["g"]),
     ]
-    with recording_server(answer) as server:
-        activities = ledger_activities(server.base_url)
-        async with ledger_worker(client, task_queue, activities):
-            handle = await start_ledger(client, unique, task_queue, http_input(concurrency=3))
-            assert (await enqueue(handle, *graph))["accepted"] == [g["id"] for g in graph]
-            snap = await settled(handle, timeout=60)
+    async with live_ledger(client, task_queue, unique, answer, concurrency=3) as (server, handle):
+        assert (await enqueue(handle, *graph))["accepted"] == [g["id"] for g in graph]
+        snap = await settled(handle, timeout=60)
     ops = operations(snap)
     assert {op_id: o["outcome"] for op_id, o in ops.items()} == {g["id"]: "applied" for g in graph}
     assert server.violations == []
@@ -181,15 +194,12 @@ async def test_retry_after_is_honoured_and_transport_errors_are_unresolved(
             return 404, {}, None
         return 200, {}, {"outcome": "applied"}
 
-    with recording_server(answer) as server:
-        activities = ledger_activities(server.base_url)
-        async with ledger_worker(client, task_queue, activities):
-            handle = await start_ledger(client, unique, task_queue, http_input())
-            await enqueue(handle, intent("a", ["c1"]))
-            snap = await settled(handle)
-            request_workflow = f"request:{unique}:{snap['requests'][0]['id']}"
-            await client.get_workflow_handle(request_workflow).result()
-            await record_history(client, request_workflow, "request_retry_after")
+    async with live_ledger(client, task_queue, unique, answer) as (server, handle):
+        await enqueue(handle, intent("a", ["c1"]))
+        snap = await settled(handle)
+        request_workflow = f"request:{unique}:{snap['requests'][0]['id']}"
+        await client.get_workflow_handle(request_workflow).result()
+        await record_history(client, request_workflow, "request_retry_after")
     request = snap["requests"][0]
     assert snap["operations"][0]["outcome"] == "applied"
     assert [r.method for r in server.sent(request["id"])] == ["POST", "GET", "POST"]
@@ -241,28 +251,25 @@ async def test_blocked_status_holds_claims_until_resume_then_queries_before_resu
             return 200, {}, {"outcome": "unresolved"}  # the blocked submit did not land
         return 200, {}, {"outcome": "applied"}
 
-    with recording_server(answer) as server:
-        activities = ledger_activities(server.base_url)
-        async with ledger_worker(client, task_queue, activities):
-            handle = await start_ledger(client, unique, task_queue, http_input())
-            await enqueue(handle, intent("a", ["c1"]), intent("b", ["c1"]))
+    async with live_ledger(client, task_queue, unique, answer) as (server, handle):
+        await enqueue(handle, intent("a", ["c1"]), intent("b", ["c1"]))
 
-            async def blocked() -> dict[str, Any] | None:
-                snap = await snapshot(handle)
-                return snap if operations(snap)["a"]["phase"] == "blocked" else None
+        async def blocked() -> dict[str, Any] | None:
+            snap = await snapshot(handle)
+            return snap if operations(snap)["a"]["phase"] == "blocked" else None
 
-            snap = await eventually(blocked)
-            a = operations(snap)["a"]
-            assert a["blockers"][0].startswith("http 401")
-            assert requests(snap)[a["request_id"]]["phase"] == "blocked"
-            assert snap["claims"] == {"c1": a["request_id"]}
-            assert operations(snap)["b"]["phase"] == "pending"  # waits for canvas c1
-            fixed["yes"] = True
-            resumed = await handle.execute_update("resume", {}, result_type=dict)
-            assert resumed == {"resumed": [a["request_id"]]}
-            snap = await settled(handle)
-            await handle.execute_update("stop", {})
-            await record_history(client, handle.id, "blocked_resume")
+        snap = await eventually(blocked)
+        a = operations(snap)["a"]
+        assert a["blockers"][0].startswith("http 401")
+        assert requests(snap)[a["request_id"]]["phase"] == "blocked"
+        assert snap["claims"] == {"c1": a["request_id"]}
+        assert operations(snap)["b"]["phase"] == "pending"  # waits for canvas c1
+        fixed["yes"] = True
+        resumed = await handle.execute_update("resume", {}, result_type=dict)
+        assert resumed == {"resumed": [a["request_id"]]}
+        snap = await settled(handle)
+        await handle.execute_update("stop", {})
+        await record_history(client, handle.id, "blocked_resume")
     ops = operations(snap)
     assert ops["a"]["outcome"] == ops["b"]["outcome"] == "applied"
     sent = server.sent(ops["a"]["request_id"])
@@ -275,37 +282,34 @@ async def test_blocked_status_holds_claims_until_resume_then_queries_before_resu
 async def test_unsupported_protocol_is_never_sent_and_skip_frees_dependents(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    with recording_server() as server:
-        activities = ledger_activities(server.base_url)
-        async with ledger_worker(client, task_queue, activities):
-            handle = await start_ledger(client, unique, task_queue, http_input())
-            await enqueue(
-                handle,
-                intent("new", ["c1"], protocol_version=2),
-                intent("after", ["c2"], ["new"]),
-                intent("same-canvas", ["c1"]),
-                intent("other", ["c3"]),
-            )
+    async with live_ledger(client, task_queue, unique) as (server, handle):
+        await enqueue(
+            handle,
+            intent("new", ["c1"], protocol_version=2),
+            intent("after", ["c2"], ["new"]),
+            intent("same-canvas", ["c1"]),
+            intent("other", ["c3"]),
+        )
 
-            async def other_done() -> dict[str, Any] | None:
-                snap = await snapshot(handle)
-                return snap if operations(snap)["other"]["phase"] == "resolved" else None
+        async def other_done() -> dict[str, Any] | None:
+            snap = await snapshot(handle)
+            return snap if operations(snap)["other"]["phase"] == "resolved" else None
 
-            snap = await eventually(other_done)
-            new = operations(snap)["new"]
-            assert new["phase"] == "blocked"
-            assert new["blockers"] == ["request_interpreter_unavailable"]
-            assert requests(snap)[new["request_id"]]["phase"] == "blocked"
-            assert operations(snap)["after"]["phase"] == "pending"
-            assert operations(snap)["same-canvas"]["phase"] == "pending"
-            # resume does not send it either: the protocol is still unsupported.
-            await handle.execute_update("resume", {})
-            assert await handle.execute_update(
-                "skip",
-                {"operation_id": "new", "reason": "client upgrade pending"},
-                result_type=bool,
-            )
-            snap = await settled(handle)
+        snap = await eventually(other_done)
+        new = operations(snap)["new"]
+        assert new["phase"] == "blocked"
+        assert new["blockers"] == ["request_interpreter_unavailable"]
+        assert requests(snap)[new["request_id"]]["phase"] == "blocked"
+        assert operations(snap)["after"]["phase"] == "pending"
+        assert operations(snap)["same-canvas"]["phase"] == "pending"
+        # resume does not send it either: the protocol is still unsupported.
+        await handle.execute_update("resume", {})
+        assert await handle.execute_update(
+            "skip",
+            {"operation_id": "new", "reason": "client upgrade pending"},
+            result_type=bool,
+        )
+        snap = await settled(handle)
     ops = operations(snap)
     assert ops["new"]["outcome"] == "skipped"
     assert ops["new"]["error"] == "client upgrade pending"
@@ -386,32 +390,29 @@ async def test_stop_cancels_in_flight_and_returns_the_final_snapshot(
     def never_decides(method: str, _request_id: str, _count: int) -> Answer:
         return 202, {}, {"outcome": "accepted"}
 
-    with recording_server(never_decides) as server:
-        activities = ledger_activities(server.base_url)
-        async with ledger_worker(client, task_queue, activities):
-            handle = await start_ledger(client, unique, task_queue, http_input())
-            await enqueue(handle, intent("a", ["c1"]), intent("b", ["c2"]), intent("c", ["c1"]))
+    async with live_ledger(client, task_queue, unique, never_decides) as (_, handle):
+        await enqueue(handle, intent("a", ["c1"]), intent("b", ["c2"]), intent("c", ["c1"]))
 
-            async def both_submitted() -> bool:
-                sent = [r for r in (await snapshot(handle))["requests"] if r["attempt"] >= 1]
-                return len(sent) == 2
+        async def both_submitted() -> bool:
+            sent = [r for r in (await snapshot(handle))["requests"] if r["attempt"] >= 1]
+            return len(sent) == 2
 
-            await eventually(both_submitted)
-            final = await handle.execute_update("stop", {}, result_type=dict)
-            assert await handle.result() == final
-            ops = operations(final)
-            assert final["stopped"] is True
-            assert ops["a"]["phase"] == ops["b"]["phase"] == "dispatched"
-            assert ops["c"]["phase"] == "pending"  # nothing dropped: still listed
-            assert {r["phase"] for r in final["requests"]} == {"frozen"}
-            assert {r["retry_action"] for r in final["requests"]} == {"query"}
-            assert final["claims"] == {r["canvas_ids"][0]: r["id"] for r in final["requests"]}
-            for request in final["requests"]:
-                child = client.get_workflow_handle(f"request:{unique}:{request['id']}")
-                assert (await child.describe()).status == WorkflowExecutionStatus.CANCELED
-            # The ledger completed: the server refuses the update, no handler ever sees it.
-            with pytest.raises(RPCError, match="workflow execution already completed"):
-                await enqueue(handle, intent("d", ["c3"]))
+        await eventually(both_submitted)
+        final = await handle.execute_update("stop", {}, result_type=dict)
+        assert await handle.result() == final
+        ops = operations(final)
+        assert final["stopped"] is True
+        assert ops["a"]["phase"] == ops["b"]["phase"] == "dispatched"
+        assert ops["c"]["phase"] == "pending"  # nothing dropped: still listed
+        assert {r["phase"] for r in final["requests"]} == {"frozen"}
+        assert {r["retry_action"] for r in final["requests"]} == {"query"}
+        assert final["claims"] == {r["canvas_ids"][0]: r["id"] for r in final["requests"]}
+        for request in final["requests"]:
+            child = client.get_workflow_handle(f"request:{unique}:{request['id']}")
+            assert (await child.describe()).status == WorkflowExecutionStatus.CANCELED
+        # The ledger completed: the server refuses the update, no handler ever sees it.
+        with pytest.raises(RPCError, match="workflow execution already completed"):
+            await enqueue(handle, intent("d", ["c3"]))
 
 
 async def test_continue_as_new_keeps_in_flight_requests_and_their_bodies(
@@ -425,15 +426,13 @@ async def test_continue_as_new_keeps_in_flight_requests_and_their_bodies(
         return 200, {}, {"outcome": "applied"}
 
     graph = [intent(f"op{n}", [f"c{n % 3}"], [f"op{n - 3}"] if n >= 3 else []) for n in range(9)]
-    with recording_server(slow_decider) as server:
-        activities = ledger_activities(server.base_url)
-        async with ledger_worker(client, task_queue, activities):
-            config = http_input(concurrency=3, continue_as_new_after_events=40)
-            handle = await start_ledger(client, unique, task_queue, config)
-            first_run = handle.result_run_id
-            await enqueue(handle, *graph)
-            snap = await settled(handle, timeout=60)
-            await record_history(client, handle.id, "continue_as_new", first_run)
+    async with live_ledger(
+        client, task_queue, unique, slow_decider, concurrency=3, continue_as_new_after_events=40
+    ) as (server, handle):
+        first_run = handle.result_run_id
+        await enqueue(handle, *graph)
+        snap = await settled(handle, timeout=60)
+        await record_history(client, handle.id, "continue_as_new", first_run)
     first = client.get_workflow_handle(handle.id, run_id=first_run)
     assert (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
     assert {o["outcome"] for o in snap["operations"]} == {"applied"}
@@ -460,15 +459,13 @@ async def test_continue_as_new_lets_attempts_in_flight_report_first(
         return 200, {}, {"outcome": "applied"}
 
     graph = [intent(f"op{n}", [f"c{n % 3}"]) for n in range(9)]
-    with recording_server(slow_applied) as server:
-        activities = ledger_activities(server.base_url)
-        async with ledger_worker(client, task_queue, activities):
-            config = http_input(concurrency=3, continue_as_new_after_events=30)
-            handle = await start_ledger(client, unique, task_queue, config)
-            first_run = handle.result_run_id
-            await enqueue(handle, *graph)
-            snap = await settled(handle, timeout=60)
-            await record_history(client, handle.id, "continue_as_new_quiet", first_run)
+    async with live_ledger(
+        client, task_queue, unique, slow_applied, concurrency=3, continue_as_new_after_events=30
+    ) as (server, handle):
+        first_run = handle.result_run_id
+        await enqueue(handle, *graph)
+        snap = await settled(handle, timeout=60)
+        await record_history(client, handle.id, "continue_as_new_quiet", first_run)
     first = client.get_workflow_handle(handle.id, run_id=first_run)
     assert (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
     kinds = [e.WhichOneof("attributes") async for e in first.fetch_history_events()]
@@ -588,30 +585,28 @@ async def test_stop_after_continue_as_new_cancels_requests_started_by_an_earlier
     def never_decides(method: str, _request_id: str, _count: int) -> Answer:
         return 202, {}, {"outcome": "accepted"}
 
-    with recording_server(never_decides) as server:
-        activities = ledger_activities(server.base_url)
-        async with ledger_worker(client, task_queue, activities):
-            config = http_input(continue_as_new_after_events=30)
-            handle = await start_ledger(client, unique, task_queue, config)
-            first_run = handle.result_run_id
-            await enqueue(handle, intent("a", ["c1"]), intent("b", ["c2"]))
+    async with live_ledger(
+        client, task_queue, unique, never_decides, continue_as_new_after_events=30
+    ) as (server, handle):
+        first_run = handle.result_run_id
+        await enqueue(handle, intent("a", ["c1"]), intent("b", ["c2"]))
 
-            async def continued() -> bool:
-                first = client.get_workflow_handle(handle.id, run_id=first_run)
-                status = (await first.describe()).status
-                return status == WorkflowExecutionStatus.CONTINUED_AS_NEW
+        async def continued() -> bool:
+            first = client.get_workflow_handle(handle.id, run_id=first_run)
+            status = (await first.describe()).status
+            return status == WorkflowExecutionStatus.CONTINUED_AS_NEW
 
-            await eventually(continued)
-            final = await client.get_workflow_handle(handle.id).execute_update(
-                "stop", {}, result_type=dict
+        await eventually(continued)
+        final = await client.get_workflow_handle(handle.id).execute_update(
+            "stop", {}, result_type=dict
+        )
+        assert {r["phase"] for r in final["requests"]} == {"frozen"}
+        assert len(final["requests"]) == 2
+        for request in final["requests"]:
+            child = client.get_workflow_handle(f"request:{unique}:{request['id']}")
+            await eventually(
+                lambda child=child: _is_canceled(child),  # type: ignore[misc]
             )
-            assert {r["phase"] for r in final["requests"]} == {"frozen"}
-            assert len(final["requests"]) == 2
-            for request in final["requests"]:
-                child = client.get_workflow_handle(f"request:{unique}:{request['id']}")
-                await eventually(
-                    lambda child=child: _is_canceled(child),  # type: ignore[misc]
-                )
     assert server.violations == []
 
 
