@@ -109,12 +109,18 @@ class ScheduleActivities:
     """`run`, `on_outcome` and `lifecycle` for the schedule, recording what they saw.
 
     Params: `sleep_ms` (the run takes that long), `outcome_failures` (the outcome activity
-    refuses that many attempts first).
+    refuses that many attempts first). While `refusing`, the outcome activity refuses every
+    delivery as non-retryable: the outcome is dead-lettered at once. With an `outcome_gate`, it
+    waits until the gate is set before it does anything.
     """
 
     delivered: list[int] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     expected: list[int] = field(default_factory=list)  # scheduled times that must be delivered
+    refusing: bool = False
+    outcome_gate: asyncio.Event | None = None
+    refused: list[str] = field(default_factory=list)  # idempotency keys refused while refusing
+    delivered_keys: list[str] = field(default_factory=list)  # of each delivery, in order
 
     @activity.defn(name="run")
     async def run(self, run: dict[str, Any]) -> None:
@@ -125,9 +131,15 @@ class ScheduleActivities:
 
     @activity.defn(name="on_outcome")
     async def on_outcome(self, run: dict[str, Any], outcome: dict[str, Any]) -> None:
+        if self.outcome_gate is not None:
+            await self.outcome_gate.wait()
+        if self.refusing:
+            self.refused.append(run["idempotency_key"])
+            raise ApplicationError("refused", type="Refused", non_retryable=True)
         if activity.info().attempt <= run["params"].get("outcome_failures", 0):
             raise ApplicationError("not yet", type="NotYet")
         self.delivered.append(run["scheduled_time"])
+        self.delivered_keys.append(run["idempotency_key"])
 
     @activity.defn(name="lifecycle")
     async def lifecycle(self, event: dict[str, Any]) -> None:

@@ -3,15 +3,20 @@ then every message it accepts, sent at once to a worker that starts with an empt
 
 On ca63e95 (before `workflows.barrier`), `run_completion` x `trigger` failed its workflow
 tasks with BAD_CANCEL_TIMER_ATTRIBUTES and the update was refused.
+
+`redeliver` needs a dead letter: for it, one is made before the completion (`_dead_letter`),
+which is why each completion waits only for events that came after it began.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
 from tests.cold_worker import (
@@ -19,6 +24,8 @@ from tests.cold_worker import (
     activity_worker,
     assert_healthy_and_updated,
     cold_names,
+    events_of,
+    kind,
     wait_for_applied,
     workflow_worker,
 )
@@ -35,27 +42,62 @@ async def _trigger_and_wait(handle: WorkflowHandle[Any, Any], acts: ScheduleActi
     return scheduled
 
 
+async def _last_event_id(handle: WorkflowHandle[Any, Any]) -> int:
+    return (await events_of(handle))[-1].event_id
+
+
+def _after(event_id: int) -> Callable[[HistoryEvent], bool]:
+    return lambda e: e.event_id > event_id
+
+
+async def _dead_letter(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> str:
+    """Trigger a run of the live version whose outcome the activity refuses: return its
+    idempotency key once its dead letter is kept, the run forgotten and nothing is pending
+    (the activity accepts outcomes again from then on)."""
+    acts.refusing = True
+    scheduled: int = await handle.execute_update("trigger", {}, result_type=int)
+
+    async def kept() -> list[dict[str, Any]] | None:
+        letters = [
+            d for d in await handle.query("dead_letters") if d["scheduled_time"] == scheduled
+        ]
+        pending = (await handle.describe()).raw_description
+        if pending.pending_activities or pending.pending_children or await handle.query("runs"):
+            return None
+        return letters
+
+    (letter,) = await eventually(kept, timeout=30)
+    acts.refusing = False
+    key = str(letter["idempotency_key"])
+    assert acts.refused[-1] == key and acts.refused.count(key) == 1, acts.refused
+    assert letter["redelivering"] is False, letter
+    return key
+
+
 # --- the completions: each drives the schedule until a task that applied one has completed
 
 
 async def run_completion(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
     """A run's child completes (its completion is its acknowledgement)."""
+    since = await _last_event_id(handle)
     await handle.execute_update("set", {"expression": YEARLY, "version": 1})
     await _trigger_and_wait(handle, acts)
-    await wait_for_applied(handle, "CHILD_WORKFLOW_EXECUTION_COMPLETED")
+    await wait_for_applied(handle, "CHILD_WORKFLOW_EXECUTION_COMPLETED", _after(since))
 
 
 async def lifecycle_completion(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
     """The `due` lifecycle activity completes while the run is still going."""
+    since = await _last_event_id(handle)
     await handle.execute_update(
         "set", {"expression": YEARLY, "version": 1, "params": {"sleep_ms": 2500}}
     )
     await handle.execute_update("trigger", {})
-    await wait_for_applied(handle, "ACTIVITY_TASK_COMPLETED")
+    await wait_for_applied(handle, "ACTIVITY_TASK_COMPLETED", _after(since))
 
 
 async def tick_while_busy(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
     """A tick fires while the only slot is busy: its run is queued."""
+    since = await _last_event_id(handle)
     await handle.execute_update(
         "set", {"expression": "@every 1s", "version": 1, "params": {"sleep_ms": 1500}}
     )
@@ -65,12 +107,13 @@ async def tick_while_busy(handle: WorkflowHandle[Any, Any], acts: ScheduleActivi
         return any(run["state"] == "queued" for run in runs)
 
     await eventually(queued, timeout=20)
-    await wait_for_applied(handle, "TIMER_FIRED")
+    await wait_for_applied(handle, "TIMER_FIRED", _after(since))
 
 
 async def settle_signal(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
     """A queued run waits for the only slot, held by a run whose outcome delivery is slow:
     the run took the last free slot, so it frees it by signal (`run_settled`)."""
+    since = await _last_event_id(handle)
     await handle.execute_update(
         "set", {"expression": YEARLY, "version": 1, "params": {"outcome_failures": 1}}
     )
@@ -80,9 +123,60 @@ async def settle_signal(handle: WorkflowHandle[Any, Any], acts: ScheduleActiviti
         handle,
         "WORKFLOW_EXECUTION_SIGNALED",
         lambda e: (
-            e.workflow_execution_signaled_event_attributes.signal_name == "durability.run_settled"
+            e.event_id > since
+            and e.workflow_execution_signaled_event_attributes.signal_name
+            == "durability.run_settled"
         ),
     )
+
+
+async def redelivery_completion(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
+    """A dead letter's redelivery completes: its outcome activity (scheduled by the schedule
+    itself) delivered, so the letter leaves `dead_letters`.
+
+    The redelivery ends after a task that sent no command (a `run_settled` that settles no
+    run), as when a run settles meanwhile: right after the `redeliver` update's own task,
+    which sends commands, a cold worker did not fold the completion into the next message
+    even with no barrier (temporalio 1.35.0); after a task with no command, it does."""
+    await handle.execute_update("set", {"expression": YEARLY, "version": 1})
+    key = await _dead_letter(handle, acts)
+    since = await _last_event_id(handle)
+    acts.outcome_gate = asyncio.Event()
+    assert await handle.execute_update("redeliver", {"idempotency_key": key}) is True
+    nothing_settled = {"scheduled_time": 0, "outcome": {"status": "complete"}}
+    await handle.signal("durability.run_settled", nothing_settled)
+    await wait_for_applied(handle, "WORKFLOW_EXECUTION_SIGNALED", _after(since))
+    acts.outcome_gate.set()
+
+    async def outcome_scheduled() -> int:
+        for e in await events_of(handle):
+            attributes = e.activity_task_scheduled_event_attributes
+            if (
+                e.event_id > since
+                and kind(e) == "ACTIVITY_TASK_SCHEDULED"
+                and attributes.activity_type.name == "on_outcome"
+            ):
+                return e.event_id
+        return 0
+
+    outcome_id = await eventually(outcome_scheduled)
+    await wait_for_applied(
+        handle,
+        "ACTIVITY_TASK_COMPLETED",
+        lambda e: e.activity_task_completed_event_attributes.scheduled_event_id == outcome_id,
+    )
+    assert acts.delivered_keys.count(key) == 1, acts.delivered_keys
+    # Between the signal and the redelivery's end, only workflow tasks with no command.
+    kinds = [kind(e) for e in await events_of(handle) if e.event_id > since]
+    between = kinds[
+        kinds.index("WORKFLOW_EXECUTION_SIGNALED") + 1 : kinds.index("ACTIVITY_TASK_COMPLETED")
+    ]
+    assert set(between) <= {
+        "WORKFLOW_TASK_SCHEDULED",
+        "WORKFLOW_TASK_STARTED",
+        "WORKFLOW_TASK_COMPLETED",
+        "ACTIVITY_TASK_STARTED",
+    }, kinds
 
 
 COMPLETIONS: dict[str, Step] = {
@@ -90,6 +184,7 @@ COMPLETIONS: dict[str, Step] = {
     "lifecycle_completion": lifecycle_completion,
     "tick_while_busy": tick_while_busy,
     "settle_signal": settle_signal,
+    "redelivery_completion": redelivery_completion,
 }
 
 
@@ -151,6 +246,21 @@ async def backfill(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -
     acts.expected.extend(times)  # delivered by the end of the test
 
 
+async def redeliver(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
+    # The dead letter made before the completion (see the test) is the only outcome refused
+    # and not delivered since; the outcome activity accepts it now. Its key comes from the
+    # activity, not from a query: a query would bring the workflow into the new worker's
+    # cache before the update.
+    (key,) = [k for k in acts.refused if k not in acts.delivered_keys]
+    assert await handle.execute_update("redeliver", {"idempotency_key": key}) is True
+
+    async def delivered_again() -> bool:
+        return key in acts.delivered_keys and await handle.query("dead_letters") == []
+
+    await eventually(delivered_again, timeout=30)
+    assert acts.delivered_keys.count(key) == 1, acts.delivered_keys
+
+
 MESSAGES: dict[str, Step] = {
     "set_update": set_update,
     "set_signal": set_signal,
@@ -160,6 +270,7 @@ MESSAGES: dict[str, Step] = {
     "pause": pause,
     "unpause": unpause,
     "backfill": backfill,
+    "redeliver": redeliver,
 }
 
 
@@ -181,6 +292,10 @@ async def test_message_after_completion_on_a_cold_worker(
             handle = await client.start_workflow(
                 "DurabilitySchedule", start, id=f"schedule:cold-{suffix}", task_queue=task_queue
             )
+            if message == "redeliver":
+                # Version 0, so that the completion's `set` (version 1) still applies.
+                await handle.execute_update("set", {"expression": YEARLY, "version": 0})
+                await _dead_letter(handle, acts)
             if message == "unpause" and completion != "tick_while_busy":
                 await handle.execute_update("pause", {})
             await COMPLETIONS[completion](handle, acts)
