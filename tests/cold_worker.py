@@ -121,6 +121,8 @@ class ScheduleActivities:
     outcome_gate: asyncio.Event | None = None
     refused: list[str] = field(default_factory=list)  # idempotency keys refused while refusing
     delivered_keys: list[str] = field(default_factory=list)  # of each delivery, in order
+    # The schedule expression a scenario set last, for steps that must not query the workflow.
+    expression: str | None = None
 
     @activity.defn(name="run")
     async def run(self, run: dict[str, Any]) -> None:

@@ -5,7 +5,9 @@ On ca63e95 (before `workflows.barrier`), `run_completion` x `trigger` failed its
 tasks with BAD_CANCEL_TIMER_ATTRIBUTES and the update was refused.
 
 `redeliver` needs a dead letter: for it, one is made before the completion (`_dead_letter`),
-which is why each completion waits only for events that came after it began.
+which is why each completion waits only for events that came after it began. A failed
+redelivery followed by `redeliver` of its key, which the matrix does not reach, has its own
+test (`test_redeliver_after_a_failed_redelivery_on_a_cold_worker`).
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ async def run_completion(handle: WorkflowHandle[Any, Any], acts: ScheduleActivit
     """A run's child completes (its completion is its acknowledgement)."""
     since = await _last_event_id(handle)
     await handle.execute_update("set", {"expression": YEARLY, "version": 1})
+    acts.expression = YEARLY
     await _trigger_and_wait(handle, acts)
     await wait_for_applied(handle, "CHILD_WORKFLOW_EXECUTION_COMPLETED", _after(since))
 
@@ -91,6 +94,7 @@ async def lifecycle_completion(handle: WorkflowHandle[Any, Any], acts: ScheduleA
     await handle.execute_update(
         "set", {"expression": YEARLY, "version": 1, "params": {"sleep_ms": 2500}}
     )
+    acts.expression = YEARLY
     await handle.execute_update("trigger", {})
     await wait_for_applied(handle, "ACTIVITY_TASK_COMPLETED", _after(since))
 
@@ -101,6 +105,7 @@ async def tick_while_busy(handle: WorkflowHandle[Any, Any], acts: ScheduleActivi
     await handle.execute_update(
         "set", {"expression": "@every 1s", "version": 1, "params": {"sleep_ms": 1500}}
     )
+    acts.expression = "@every 1s"
 
     async def queued() -> bool:
         runs = await handle.query("runs")
@@ -117,6 +122,7 @@ async def settle_signal(handle: WorkflowHandle[Any, Any], acts: ScheduleActiviti
     await handle.execute_update(
         "set", {"expression": YEARLY, "version": 1, "params": {"outcome_failures": 1}}
     )
+    acts.expression = YEARLY
     await handle.execute_update("trigger", {})
     await handle.execute_update("trigger", {})
     await wait_for_applied(
@@ -139,6 +145,7 @@ async def redelivery_completion(handle: WorkflowHandle[Any, Any], acts: Schedule
     which sends commands, a cold worker did not fold the completion into the next message
     even with no barrier (temporalio 1.35.0); after a task with no command, it does."""
     await handle.execute_update("set", {"expression": YEARLY, "version": 1})
+    acts.expression = YEARLY
     key = await _dead_letter(handle, acts)
     since = await _last_event_id(handle)
     acts.outcome_gate = asyncio.Event()
@@ -147,30 +154,34 @@ async def redelivery_completion(handle: WorkflowHandle[Any, Any], acts: Schedule
     await handle.signal("durability.run_settled", nothing_settled)
     await wait_for_applied(handle, "WORKFLOW_EXECUTION_SIGNALED", _after(since))
     acts.outcome_gate.set()
-
-    async def outcome_scheduled() -> int:
-        for e in await events_of(handle):
-            attributes = e.activity_task_scheduled_event_attributes
-            if (
-                e.event_id > since
-                and kind(e) == "ACTIVITY_TASK_SCHEDULED"
-                and attributes.activity_type.name == "on_outcome"
-            ):
-                return e.event_id
-        return 0
-
-    outcome_id = await eventually(outcome_scheduled)
+    outcome_id = await eventually(lambda: _outcome_scheduled(handle, since))
     await wait_for_applied(
         handle,
         "ACTIVITY_TASK_COMPLETED",
         lambda e: e.activity_task_completed_event_attributes.scheduled_event_id == outcome_id,
     )
     assert acts.delivered_keys.count(key) == 1, acts.delivered_keys
-    # Between the signal and the redelivery's end, only workflow tasks with no command.
+    await _no_command_between(handle, since, "ACTIVITY_TASK_COMPLETED")
+
+
+async def _outcome_scheduled(handle: WorkflowHandle[Any, Any], since: int) -> int:
+    """The event ID of the first `on_outcome` activity scheduled after `since`, else 0."""
+    for e in await events_of(handle):
+        attributes = e.activity_task_scheduled_event_attributes
+        if (
+            e.event_id > since
+            and kind(e) == "ACTIVITY_TASK_SCHEDULED"
+            and attributes.activity_type.name == "on_outcome"
+        ):
+            return e.event_id
+    return 0
+
+
+async def _no_command_between(handle: WorkflowHandle[Any, Any], since: int, end: str) -> None:
+    """Between the first signal after `since` and the redelivery's `end` event, only workflow
+    tasks that sent no command."""
     kinds = [kind(e) for e in await events_of(handle) if e.event_id > since]
-    between = kinds[
-        kinds.index("WORKFLOW_EXECUTION_SIGNALED") + 1 : kinds.index("ACTIVITY_TASK_COMPLETED")
-    ]
+    between = kinds[kinds.index("WORKFLOW_EXECUTION_SIGNALED") + 1 : kinds.index(end)]
     assert set(between) <= {
         "WORKFLOW_TASK_SCHEDULED",
         "WORKFLOW_TASK_STARTED",
@@ -236,8 +247,11 @@ async def unpause(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) ->
 
 async def backfill(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
     # A range with 1 occurrence of the yearly expression, or 3 of `@every 1s`, long past.
+    # The expression is the one the completion set, not a query's: a query would bring the
+    # workflow into the new worker's cache before the update.
     start_at = (int(time.time() * 1000) - 400 * DAY_MS) // 1000 * 1000
-    every_second = (await handle.query("get"))["expression"] == "@every 1s"
+    assert acts.expression in (YEARLY, "@every 1s"), acts.expression
+    every_second = acts.expression == "@every 1s"
     end_at = start_at + 3000 if every_second else int(time.time() * 1000)
     times: list[int] = await handle.execute_update(
         "backfill", {"start_at": start_at, "end_at": end_at}, result_type=list[int]
@@ -316,3 +330,61 @@ async def test_message_after_completion_on_a_cold_worker(
 
 async def _no_runs_left(handle: WorkflowHandle[Any, Any]) -> bool:
     return not await handle.query("runs")
+
+
+async def test_redeliver_after_a_failed_redelivery_on_a_cold_worker(client: Client) -> None:
+    """A redelivery whose outcome activity fails keeps the letter, no longer `redelivering`;
+    a cold worker must then accept `redeliver` of that key.
+
+    This guards the barrier in `_redeliver` (`_record_progress` after `redelivered`), which no
+    matrix case needs: there a redelivery delivers, and a delivered letter changes nothing a
+    message decides. Here the failure is applied right after a workflow task with no command
+    (a `run_settled` that settles nothing), so without the barrier the task that applies it
+    sends none either, and a cold worker folds it into the `redeliver` update's activation,
+    whose validator runs first and still sees the letter `redelivering`: refused with
+    "already being redelivered". With the barrier, the update gets an activation of its own.
+    """
+    suffix, task_queue, activity_queue = cold_names()
+    acts = ScheduleActivities()
+    start = {
+        "max_concurrent_runs": 1,
+        "lifecycle_activity": "lifecycle",
+        "activity_task_queue": activity_queue,
+        "outcome_retries": {"initial_interval_ms": 1500},
+    }
+    async with activity_worker(client, activity_queue, acts.all()):
+        async with workflow_worker(client, task_queue):
+            handle = await client.start_workflow(
+                "DurabilitySchedule", start, id=f"schedule:cold-{suffix}", task_queue=task_queue
+            )
+            await handle.execute_update("set", {"expression": YEARLY, "version": 1})
+            key = await _dead_letter(handle, acts)
+            # The redelivery's outcome activity refuses too, once the no-op signal's task (no
+            # command) has completed: the failure is applied in the task right after it.
+            since = await _last_event_id(handle)
+            acts.refusing, acts.outcome_gate = True, asyncio.Event()
+            assert await handle.execute_update("redeliver", {"idempotency_key": key}) is True
+            nothing_settled = {"scheduled_time": 0, "outcome": {"status": "complete"}}
+            await handle.signal("durability.run_settled", nothing_settled)
+            await wait_for_applied(handle, "WORKFLOW_EXECUTION_SIGNALED", _after(since))
+            acts.outcome_gate.set()
+            outcome_id = await eventually(lambda: _outcome_scheduled(handle, since))
+            await wait_for_applied(
+                handle,
+                "ACTIVITY_TASK_FAILED",
+                lambda e: e.activity_task_failed_event_attributes.scheduled_event_id == outcome_id,
+            )
+            await _no_command_between(handle, since, "ACTIVITY_TASK_FAILED")
+            assert acts.refused.count(key) == 2 and key not in acts.delivered_keys, acts.refused
+            acts.refusing, acts.outcome_gate = False, None
+        # The only workflow worker is gone; a new one starts with nothing cached and gets the
+        # update at once (no query before it).
+        async with workflow_worker(client, task_queue):
+            assert await handle.execute_update("redeliver", {"idempotency_key": key}) is True
+
+            async def delivered_again() -> bool:
+                return key in acts.delivered_keys and await handle.query("dead_letters") == []
+
+            await eventually(delivered_again, timeout=30)
+            assert acts.delivered_keys.count(key) == 1, acts.delivered_keys
+    await assert_healthy_and_updated(client, handle)
