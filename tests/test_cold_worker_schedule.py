@@ -147,13 +147,7 @@ async def redelivery_completion(handle: WorkflowHandle[Any, Any], acts: Schedule
     await handle.execute_update("set", {"expression": YEARLY, "version": 1})
     acts.expression = YEARLY
     key = await _dead_letter(handle, acts)
-    since = await _last_event_id(handle)
-    acts.outcome_gate = asyncio.Event()
-    assert await handle.execute_update("redeliver", {"idempotency_key": key}) is True
-    nothing_settled = {"scheduled_time": 0, "outcome": {"status": "complete"}}
-    await handle.signal("durability.run_settled", nothing_settled)
-    await wait_for_applied(handle, "WORKFLOW_EXECUTION_SIGNALED", _after(since))
-    acts.outcome_gate.set()
+    since = await _redeliver_after_a_task_with_no_command(handle, acts, key)
     outcome_id = await eventually(lambda: _outcome_scheduled(handle, since))
     await wait_for_applied(
         handle,
@@ -162,6 +156,23 @@ async def redelivery_completion(handle: WorkflowHandle[Any, Any], acts: Schedule
     )
     assert acts.delivered_keys.count(key) == 1, acts.delivered_keys
     await _no_command_between(handle, since, "ACTIVITY_TASK_COMPLETED")
+
+
+async def _redeliver_after_a_task_with_no_command(
+    handle: WorkflowHandle[Any, Any], acts: ScheduleActivities, key: str
+) -> int:
+    """Send `redeliver` of `key` with the outcome activity held, then a `run_settled` that
+    settles nothing (a workflow task with no command), and let the activity go only once
+    that task completed: its end is applied in the task right after it. Returns the last
+    event ID from before the `redeliver`."""
+    since = await _last_event_id(handle)
+    acts.outcome_gate = asyncio.Event()
+    assert await handle.execute_update("redeliver", {"idempotency_key": key}) is True
+    nothing_settled = {"scheduled_time": 0, "outcome": {"status": "complete"}}
+    await handle.signal("durability.run_settled", nothing_settled)
+    await wait_for_applied(handle, "WORKFLOW_EXECUTION_SIGNALED", _after(since))
+    acts.outcome_gate.set()
+    return since
 
 
 async def _outcome_scheduled(handle: WorkflowHandle[Any, Any], since: int) -> int:
@@ -288,6 +299,22 @@ MESSAGES: dict[str, Step] = {
 }
 
 
+async def _start_schedule(
+    client: Client, suffix: str, task_queue: str, activity_queue: str
+) -> WorkflowHandle[Any, Any]:
+    """One slot, lifecycle events, activities on their own queue (so the workflow worker can
+    be replaced while they run), outcome retries 1.5 s apart."""
+    start = {
+        "max_concurrent_runs": 1,
+        "lifecycle_activity": "lifecycle",
+        "activity_task_queue": activity_queue,
+        "outcome_retries": {"initial_interval_ms": 1500},
+    }
+    return await client.start_workflow(
+        "DurabilitySchedule", start, id=f"schedule:cold-{suffix}", task_queue=task_queue
+    )
+
+
 @pytest.mark.parametrize("message", sorted(MESSAGES))
 @pytest.mark.parametrize("completion", sorted(COMPLETIONS))
 async def test_message_after_completion_on_a_cold_worker(
@@ -295,17 +322,9 @@ async def test_message_after_completion_on_a_cold_worker(
 ) -> None:
     suffix, task_queue, activity_queue = cold_names()
     acts = ScheduleActivities()
-    start = {
-        "max_concurrent_runs": 1,
-        "lifecycle_activity": "lifecycle",
-        "activity_task_queue": activity_queue,
-        "outcome_retries": {"initial_interval_ms": 1500},
-    }
     async with activity_worker(client, activity_queue, acts.all()):
         async with workflow_worker(client, task_queue):
-            handle = await client.start_workflow(
-                "DurabilitySchedule", start, id=f"schedule:cold-{suffix}", task_queue=task_queue
-            )
+            handle = await _start_schedule(client, suffix, task_queue, activity_queue)
             if message == "redeliver":
                 # Version 0, so that the completion's `set` (version 1) still applies.
                 await handle.execute_update("set", {"expression": YEARLY, "version": 0})
@@ -346,28 +365,15 @@ async def test_redeliver_after_a_failed_redelivery_on_a_cold_worker(client: Clie
     """
     suffix, task_queue, activity_queue = cold_names()
     acts = ScheduleActivities()
-    start = {
-        "max_concurrent_runs": 1,
-        "lifecycle_activity": "lifecycle",
-        "activity_task_queue": activity_queue,
-        "outcome_retries": {"initial_interval_ms": 1500},
-    }
     async with activity_worker(client, activity_queue, acts.all()):
         async with workflow_worker(client, task_queue):
-            handle = await client.start_workflow(
-                "DurabilitySchedule", start, id=f"schedule:cold-{suffix}", task_queue=task_queue
-            )
+            handle = await _start_schedule(client, suffix, task_queue, activity_queue)
             await handle.execute_update("set", {"expression": YEARLY, "version": 1})
             key = await _dead_letter(handle, acts)
             # The redelivery's outcome activity refuses too, once the no-op signal's task (no
             # command) has completed: the failure is applied in the task right after it.
-            since = await _last_event_id(handle)
-            acts.refusing, acts.outcome_gate = True, asyncio.Event()
-            assert await handle.execute_update("redeliver", {"idempotency_key": key}) is True
-            nothing_settled = {"scheduled_time": 0, "outcome": {"status": "complete"}}
-            await handle.signal("durability.run_settled", nothing_settled)
-            await wait_for_applied(handle, "WORKFLOW_EXECUTION_SIGNALED", _after(since))
-            acts.outcome_gate.set()
+            acts.refusing = True
+            since = await _redeliver_after_a_task_with_no_command(handle, acts, key)
             outcome_id = await eventually(lambda: _outcome_scheduled(handle, since))
             await wait_for_applied(
                 handle,
