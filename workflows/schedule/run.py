@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from workflows import SANDBOXED
-    from workflows.handover import REPORT_BY_SIGNAL
+    from workflows.schedule.handover import REPORT_BY_SIGNAL
     from workflows.schedule.lifecycle import Lifecycle
     from workflows.schedule.models import (
         OUTCOME_TIMEOUT_ERROR,

@@ -32,7 +32,6 @@ from temporalio.exceptions import ApplicationError, ChildWorkflowError, Workflow
 with workflow.unsafe.imports_passed_through():
     from workflows import SANDBOXED, search_attributes
     from workflows.barrier import record_progress
-    from workflows.handover import hand_over
     from workflows.rejection import rejected_as
     from workflows.schedule import cron, status
     from workflows.schedule.core import (
@@ -49,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         parse_set,
         parse_start,
     )
+    from workflows.schedule.handover import hand_over
     from workflows.schedule.lifecycle import Lifecycle
     from workflows.schedule.models import (
         DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS,
@@ -71,7 +71,7 @@ with workflow.unsafe.imports_passed_through():
 # ended: Temporal refuses a continue-as-new that races a new event (a child's completion, a
 # signal) and fails that workflow task. Runs still alive once the wait has added as many
 # events as the continue-as-new threshold, and at most this many, are handed over to signal
-# reporting (`workflows.handover`): a run that never ends must not grow the history forever.
+# reporting (`handover.py`): a run that never ends must not grow the history forever.
 CONTINUE_AS_NEW_DRAIN_EVENTS = 1000
 
 

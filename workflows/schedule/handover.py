@@ -1,9 +1,9 @@
-"""Handing children over to signal reporting before continue-as-new (schedule and ledger).
+"""Handing a schedule's runs over to signal reporting before continue-as-new.
 
-A run of a workflow reads its children's ends from their completions, through the handles
-it started them with. Continue-as-new loses those handles, so just before it the parent
-tells every child still open to report by signal instead; the signal goes to the parent's
-workflow ID, which reaches whichever run is current.
+A run of the schedule workflow reads its children's ends from their completions, through
+the handles it started them with. Continue-as-new loses those handles, so just before it
+the parent tells every child still open to report by signal instead; the signal goes to
+the parent's workflow ID, which reaches whichever run is current.
 """
 
 from __future__ import annotations
