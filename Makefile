@@ -55,7 +55,7 @@ pytest: $(STAMP) browser tools
 # workflow task is replayed from the first event, as on a worker that just started.
 CACHELESS_TESTS := tests/test_schedule_workflow.py tests/test_schedule_pause_trigger_backfill.py \
 	tests/test_schedule_paths.py tests/test_ledger_workflow.py tests/test_ledger_local_compile.py \
-	tests/test_ledger_paths.py tests/test_schedule_dead_letters.py
+	tests/test_ledger_paths.py tests/test_schedule_dead_letters.py tests/test_updates_racing_close.py
 pytest-cacheless: $(STAMP)
 	DURABILITY_TEST_MAX_CACHED_WORKFLOWS=0 $(PY) -m pytest -q $(CACHELESS_TESTS)
 

@@ -10,11 +10,16 @@ of SPEC.md), so what it does can also be done with the `temporal` CLI or any SDK
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from temporalio.api.errordetails.v1 import (
+    MultiOperationExecutionFailure,
+    WorkflowNotReadyFailure,
+)
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -27,6 +32,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durability.connect import connect, task_queue
 from workflows import search_attributes
+
+# How many times an update Temporal aborted unapplied is sent (see `_send_update`).
+UPDATE_ATTEMPTS = 5
 
 SCHEDULE_WORKFLOW = "DurabilitySchedule"
 LEDGER_WORKFLOW = "OperationLedger"
@@ -201,6 +209,36 @@ def _user_errors(workflow_id: str, message: str) -> Iterator[None]:
         raise
 
 
+def _aborted_unapplied(error: RPCError) -> bool:
+    """Temporal refused the workflow task that delivered the update (a continue-as-new raced
+    by a new event) and aborted the update before the workflow recorded it."""
+    if error.status != RPCStatusCode.FAILED_PRECONDITION:
+        return False
+    details = list(error.grpc_status.details)
+    multi_operation = MultiOperationExecutionFailure()
+    for detail in list(details):
+        if detail.Unpack(multi_operation):  # update-with-start: one status per operation
+            details.extend(d for status in multi_operation.statuses for d in status.details)
+    return any(detail.Is(WorkflowNotReadyFailure.DESCRIPTOR) for detail in details)
+
+
+async def _send_update(send: Callable[[], Awaitable[Any]]) -> Any:
+    """Send an update, again (up to UPDATE_ATTEMPTS times) while Temporal aborts it unapplied.
+
+    The workflows avoid closing a run in a task that delivered an update (workflows.closing),
+    but under a steady stream of updates and signals they close anyway after a bound, and
+    an update in that task can be aborted. It never took effect, so sending it again is safe.
+    """
+    for attempt in range(1, UPDATE_ATTEMPTS + 1):
+        try:
+            return await send()
+        except RPCError as error:
+            if attempt == UPDATE_ATTEMPTS or not _aborted_unapplied(error):
+                raise
+        await asyncio.sleep(0.05 * attempt)
+    raise AssertionError("unreachable")
+
+
 class DurabilityClient:
     """Schedules and ledgers by business ID: `acct-42`, not `schedule:acct-42`."""
 
@@ -219,21 +257,24 @@ class DurabilityClient:
         return self.temporal.get_workflow_handle(schedule_workflow_id(object_id))
 
     async def _update_with_start(self, sent: _WithStart, result_type: type | None = None) -> Any:
-        operation: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
-            sent.workflow_type,
-            sent.start_input,
-            id=sent.workflow_id,
-            task_queue=self.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            static_summary=summary_for(sent.workflow_id),
-        )
-        with _user_errors(sent.workflow_id, sent.message):
+        async def send() -> Any:
+            operation: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+                sent.workflow_type,
+                sent.start_input,
+                id=sent.workflow_id,
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                static_summary=summary_for(sent.workflow_id),
+            )  # one per request: the SDK refuses to send an operation twice
             return await self.temporal.execute_update_with_start_workflow(
                 sent.message,
                 sent.payload,
                 start_workflow_operation=operation,
                 result_type=result_type,
             )
+
+        with _user_errors(sent.workflow_id, sent.message):
+            return await _send_update(send)
 
     async def _signal_with_start(self, sent: _WithStart) -> None:
         """Fire and forget: bad input is logged and dropped by the workflow."""
@@ -252,7 +293,9 @@ class DurabilityClient:
     ) -> Any:
         handle = self.temporal.get_workflow_handle(workflow_id)
         with _user_errors(workflow_id, update):
-            return await handle.execute_update(update, payload, result_type=result_type)
+            return await _send_update(
+                lambda: handle.execute_update(update, payload, result_type=result_type)
+            )
 
     async def _query(self, workflow_id: str, query: str, *args: Any) -> Any:
         with _user_errors(workflow_id, query):

@@ -9,6 +9,9 @@ replaying with a patch, and records its own next to them with
 - `schedule_parent_0_1_0_messages.json`, `schedule_run_0_1_0_messages.json`: one slot, so
   runs queue and the one that takes the last slot reports its end by signal; pause, unpause,
   trigger, backfill; outcomes dead-lettered, one redelivered.
+- `schedule_parent_0_1_1_close_without_update.json`, recorded by 0.1.1 with
+  `tests/test_updates_racing_close.py`: a run that waited for a task without updates before
+  continuing as new (the patch `close-in-a-task-without-updates`).
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     from workflows import SANDBOXED
     from workflows.barrier import record_progress
+    from workflows.closing import UpdateDeliveries
     from workflows.ledger import (
         FROZEN_REQUEST_WORKFLOW,
         LEDGER_WORKFLOW,
@@ -99,6 +100,7 @@ class OperationLedgerWorkflow:
         self._starting: set[str] = set()
         self._wake = True
         self._final: dict[str, Any] | None = None
+        self._deliveries = UpdateDeliveries()
 
     # ------------------------------------------------------------ main loop
 
@@ -123,6 +125,9 @@ class OperationLedgerWorkflow:
                 if not self._quiet():
                     await self._wait_quiet()
                 if self._final is None and self._ready_to_continue():
+                    if self._deliveries.closing_must_wait():
+                        await self._deliveries.next_task()
+                        continue
                     core.compact(self._state, self._config)
                     workflow.continue_as_new(
                         core.next_run_input(self._state, self._config, self._ledger_id)
@@ -130,6 +135,9 @@ class OperationLedgerWorkflow:
             self._wake = False
             self._pump()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        while self._deliveries.closing_must_wait():
+            await self._deliveries.next_task()
+            await workflow.wait_condition(workflow.all_handlers_finished)
         return self._final
 
     def _history_due(self) -> bool:
@@ -326,6 +334,7 @@ class OperationLedgerWorkflow:
     @workflow.update(name="enqueue")
     async def enqueue(self, raw: Any = None) -> EnqueueResult:
         """Record intents; returns accepted and duplicate IDs once recorded."""
+        self._deliveries.note()
         return self._enqueue(_for_update(core.validate_enqueue, self._state, raw))
 
     @enqueue.validator
@@ -350,6 +359,7 @@ class OperationLedgerWorkflow:
     @workflow.update(name="hold")
     async def hold(self, raw: Any = None) -> str:
         """Stop new launches until the returned token is released."""
+        self._deliveries.note()
         token = str(workflow.uuid4())
         core.hold(self._state, token)
         return token
@@ -362,6 +372,7 @@ class OperationLedgerWorkflow:
     @workflow.update(name="release")
     async def release(self, raw: Any = None) -> bool:
         """Release one hold token."""
+        self._deliveries.note()
         return self._release(_for_update(core.parse_release, raw).token)
 
     @release.validator
@@ -386,6 +397,7 @@ class OperationLedgerWorkflow:
     @workflow.update(name="resume")
     async def resume(self, raw: Any = None) -> dict[str, list[str]]:
         """Retry blocked requests with their frozen body and re-examine every operation."""
+        self._deliveries.note()
         return {"resumed": self._resume()}
 
     @resume.validator
@@ -407,6 +419,7 @@ class OperationLedgerWorkflow:
     @workflow.update(name="skip")
     async def skip(self, raw: Any = None) -> bool:
         """Resolve a stuck operation as `skipped`; its dependents proceed (see core)."""
+        self._deliveries.note()
         self._skip(_for_update(core.validate_skip, self._state, raw))
         return True
 
@@ -432,6 +445,7 @@ class OperationLedgerWorkflow:
     @workflow.update(name="stop")
     async def stop(self, raw: Any = None) -> dict[str, Any]:
         """Stop dispatching, cancel what is in flight, complete with the final snapshot."""
+        self._deliveries.note()
         self._state.stopped = True
         for task in list(self._compiles.values()):
             task.cancel()

@@ -32,6 +32,7 @@ from temporalio.exceptions import ApplicationError, ChildWorkflowError, Workflow
 with workflow.unsafe.imports_passed_through():
     from workflows import SANDBOXED, search_attributes
     from workflows.barrier import record_progress
+    from workflows.closing import UpdateDeliveries
     from workflows.rejection import rejected_as
     from workflows.schedule import cron, status
     from workflows.schedule.core import (
@@ -105,6 +106,9 @@ class DurabilityScheduleWorkflow:
         self._drain_ends_at: int | None = None
         self._dirty = False
         self._published: dict[str, int | None] = {}
+        self._deliveries = UpdateDeliveries()
+        # Runs told to report by signal (handover.py): each is told once.
+        self._handed_over: set[int] = set()
 
     def next_occurrence(self, expression: str, after_ms: int) -> int | None:
         """The first tick of `expression` strictly after `after_ms`; override to plug in."""
@@ -143,20 +147,25 @@ class DurabilityScheduleWorkflow:
                 )
             except TimeoutError:
                 timer_fired = True
-        await workflow.wait_condition(
-            lambda: (
-                not self._starts and not self._lifecycle.tasks and workflow.all_handlers_finished()
+        while True:
+            await workflow.wait_condition(
+                lambda: (
+                    not self._starts
+                    and not self._lifecycle.tasks
+                    and workflow.all_handlers_finished()
+                )
             )
-        )
-        if self._watches:
-            # Runs still alive after the drain's allowance report by signal from now on.
-            await hand_over(
-                [
-                    (run_workflow_id(self._object_id, scheduled_time), watch)
-                    for scheduled_time, watch in list(self._watches.items())
-                ]
-            )
-            await workflow.wait_condition(workflow.all_handlers_finished)
+            alive = {t: w for t, w in self._watches.items() if t not in self._handed_over}
+            if alive:
+                # Runs still alive after the drain's allowance report by signal from now on.
+                self._handed_over.update(alive)
+                await hand_over(
+                    [(run_workflow_id(self._object_id, t), w) for t, w in alive.items()]
+                )
+                await workflow.wait_condition(workflow.all_handlers_finished)
+            if not self._deliveries.closing_must_wait():
+                break
+            await self._deliveries.next_task()
         carried = ScheduleWorkflowInput.model_validate(
             {**self._settings.model_dump(), "carried": self._core.state}
         )
@@ -343,6 +352,7 @@ class DurabilityScheduleWorkflow:
     @workflow.update(name="set")
     def set_update(self, raw: Any = None) -> bool:
         """`set` as an update: returns whether the version was stored (S3)."""
+        self._deliveries.note()
         return self._apply_set(raw)
 
     @set_update.validator
@@ -359,6 +369,7 @@ class DurabilityScheduleWorkflow:
     @workflow.update(name="cancel")
     def cancel_update(self, raw: Any = None) -> bool:
         """`cancel` as an update: returns whether a schedule was live (S5)."""
+        self._deliveries.note()
         return self._apply_cancel(raw)
 
     @cancel_update.validator
@@ -387,18 +398,21 @@ class DurabilityScheduleWorkflow:
     @workflow.update(name="pause")
     def pause(self, raw: Any = None) -> bool:
         """Stop ticks (runs already recorded go on); returns whether it was running."""
+        self._deliveries.note()
         self._dirty = True
         return self._core.pause()
 
     @workflow.update(name="unpause")
     def unpause(self, raw: Any = None) -> bool:
         """Tick again from now; ticks missed while paused are skipped. Returns whether paused."""
+        self._deliveries.note()
         self._dirty = True
         return self._core.unpause(now_ms())
 
     @workflow.update(name="trigger")
     def trigger(self, raw: Any = None) -> int:
         """Record a run now, outside the expression; returns its scheduled_time."""
+        self._deliveries.note()
         now = now_ms()
         run = self._core.trigger(now)
         self._emit_recorded([run], now)
@@ -414,6 +428,7 @@ class DurabilityScheduleWorkflow:
     @workflow.update(name="backfill")
     def backfill(self, raw: Any = None) -> list[int]:
         """Record runs for the occurrences in a past range; returns their scheduled times."""
+        self._deliveries.note()
         now = now_ms()
         runs = self._core.backfill(*parse_backfill(raw, now))
         self._emit_recorded(runs, now)
@@ -437,6 +452,7 @@ class DurabilityScheduleWorkflow:
     def redeliver(self, raw: Any = None) -> bool:
         """Deliver a dead-lettered outcome again, as it was, under the same retry policy;
         returns at once (true); the letter leaves `dead_letters` once delivered."""
+        self._deliveries.note()
         letter = self._core.redeliverable(parse_redeliver(raw))
         letter.redelivering = True
         self._spawn(self._redeliveries, self._redeliver(letter))
