@@ -4,6 +4,7 @@ worker, a local HTTP server."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
@@ -82,11 +83,14 @@ async def schedule_worker(
 
 
 class OutcomeReceiver:
-    """A schedule's `run` (succeeds) and `on_outcome` (refused while `refusing`, so outcomes
-    are dead-lettered once their attempts run out); records each outcome call."""
+    """A schedule's `run` (succeeds) and `on_outcome` (waits while `gate` is clear, then is
+    refused while `refusing`, so outcomes are dead-lettered once their attempts run out);
+    records each outcome call."""
 
     def __init__(self) -> None:
         self.refusing = True
+        self.gate = asyncio.Event()
+        self.gate.set()
         self.calls: list[tuple[dict[str, Any], dict[str, Any], int]] = []
 
     @activity.defn(name="run")
@@ -95,6 +99,7 @@ class OutcomeReceiver:
 
     @activity.defn(name="on_outcome")
     async def on_outcome(self, run: dict[str, Any], outcome: dict[str, Any]) -> None:
+        await self.gate.wait()
         self.calls.append((run, outcome, activity.info().attempt))
         if self.refusing:
             raise ApplicationError("receiver down", type="Unavailable")
@@ -214,6 +219,17 @@ async def eventually(check: Callable[[], Any], timeout: float = 20.0, interval: 
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"condition not met within {timeout}s (last value {last!r})")
         await asyncio.sleep(interval)
+
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+def record_history(name: str, history: WorkflowHistory) -> None:
+    """With DURABILITY_RECORD_HISTORIES=1, save `history` as `tests/histories/<name>.json` for
+    the replay tests."""
+    if os.environ.get("DURABILITY_RECORD_HISTORIES") == "1":
+        recorded = {"workflow_id": history.workflow_id, "history": json.loads(history.to_json())}
+        (HISTORIES / f"{name}.json").write_text(json.dumps(recorded, indent=1))
 
 
 def production_replayer(workflows: Sequence[type]) -> Replayer:

@@ -4,12 +4,20 @@ update, through the `durability` CLI and the `temporal` CLI on the dev server.""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from tests.helpers import OutcomeReceiver, durability_cli, eventually, schedule_worker, temporal
+from tests.helpers import (
+    OutcomeReceiver,
+    durability_cli,
+    eventually,
+    record_history,
+    schedule_worker,
+    temporal,
+)
 
 YEARLY = "0 0 1 1 *"
 
@@ -85,3 +93,54 @@ async def test_dead_letters_are_kept_bounded_and_redelivered_with_their_original
     assert outcome == {"status": "complete"} and attempt == 1
     original = next(c for c in receiver.calls if c[0]["scheduled_time"] == triggered[1])
     assert original[0] == run
+
+
+async def test_a_redelivery_going_on_at_continue_as_new_is_finished_by_the_next_run(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """`redeliver` answers at once; the letter leaves the list once delivered. A run that
+    continues as new mid-redelivery leaves the letter marked as being redelivered: the next
+    run starts the redelivery again instead of keeping it stuck (and refusing `redeliver`)."""
+    receiver = OutcomeReceiver()
+    object_id = f"stranded-{unique}"
+    async with schedule_worker(client, task_queue, receiver.activities()):
+        handle = await client.start_workflow(
+            "DurabilitySchedule",
+            {
+                "continue_as_new_after_events": 40,
+                "outcome_retries": {"max_attempts": 2, "initial_interval_ms": 50},
+            },
+            id=f"schedule:{object_id}",
+            task_queue=task_queue,
+        )
+        await handle.execute_update("set", {"expression": YEARLY, "version": 1})
+        await handle.execute_update("trigger", {}, result_type=int)
+        await eventually(lambda: _one_letter(handle), timeout=30)
+        first_run = (await handle.describe()).run_id
+        receiver.refusing = False
+        receiver.gate.clear()  # the redelivery hangs until the run has continued as new
+        await handle.execute_update("redeliver", {"idempotency_key": (await _letters(handle))[0]})
+        while (await handle.describe()).run_id == first_run:
+            await handle.execute_update("pause", {})  # history events, up to continue-as-new
+        assert (await _letters_full(handle))[0]["redelivering"] is True
+        receiver.gate.set()
+        await eventually(lambda: _no_letters(handle), timeout=30)
+        record_history("schedule_parent_0_1_1_resumed_redelivery", await handle.fetch_history())
+        await handle.terminate("test done")
+
+
+async def _letters_full(handle: Any) -> list[dict[str, Any]]:
+    letters: list[dict[str, Any]] = await handle.query("dead_letters")
+    return letters
+
+
+async def _letters(handle: Any) -> list[str]:
+    return [letter["idempotency_key"] for letter in await _letters_full(handle)]
+
+
+async def _one_letter(handle: Any) -> bool:
+    return len(await _letters(handle)) == 1 and not await handle.query("runs")
+
+
+async def _no_letters(handle: Any) -> bool:
+    return not await _letters(handle)

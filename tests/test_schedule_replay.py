@@ -12,6 +12,9 @@ replaying with a patch, and records its own next to them with
 - `schedule_parent_0_1_1_close_without_update.json`, recorded by 0.1.1 with
   `tests/test_updates_racing_close.py`: a run that waited for a task without updates before
   continuing as new (the patch `close-in-a-task-without-updates`).
+- `schedule_parent_0_1_1_resumed_redelivery.json`, recorded by 0.1.1 with
+  `tests/test_schedule_dead_letters.py`: a run that started again the redelivery its
+  predecessor left going (the patch `resume-carried-redeliveries`).
 """
 
 from __future__ import annotations

@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
-import os
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from temporalio import workflow
@@ -28,7 +25,7 @@ from temporalio.common import SearchAttributeKey
 from temporalio.worker import Worker
 
 from durability.client import DurabilityClient
-from tests.helpers import eventually, production_replayer
+from tests.helpers import eventually, production_replayer, record_history
 from tests.test_ledger_support import intent, operations
 from tests.test_ledger_workflow import live_ledger, settled
 from tests.test_schedule_workflow import Recorder, live_schedule, runs_of
@@ -38,7 +35,6 @@ from workflows.ledger.workflow import OperationLedgerWorkflow
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
-HISTORIES = Path(__file__).parent / "histories"
 FLOOD_SECONDS = 10
 SIGNAL_SENDERS = 3
 RACED_CLOSE = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND
@@ -91,9 +87,7 @@ async def check_runs(
         key=lambda history: len(history.events),
     )
     assert waited, "some continue-as-new was due in a task that delivered an update"
-    if os.environ.get("DURABILITY_RECORD_HISTORIES") == "1":
-        recorded = {"workflow_id": workflow_id, "history": json.loads(waited[0].to_json())}
-        (HISTORIES / f"{history_name}.json").write_text(json.dumps(recorded, indent=1))
+    record_history(history_name, waited[0])
     causes = [
         e.workflow_task_failed_event_attributes.cause
         for e in events

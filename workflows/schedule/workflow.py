@@ -74,6 +74,8 @@ with workflow.unsafe.imports_passed_through():
 # events as the continue-as-new threshold, and at most this many, are handed over to signal
 # reporting (`handover.py`): a run that never ends must not grow the history forever.
 CONTINUE_AS_NEW_DRAIN_EVENTS = 1000
+# Recorded when a run starts again the redeliveries its predecessor left going (0.1.1).
+RESUME_REDELIVERIES_PATCH = "resume-carried-redeliveries"
 
 
 @workflow.defn(name="DurabilitySchedule", sandboxed=SANDBOXED)
@@ -121,6 +123,7 @@ class DurabilityScheduleWorkflow:
             raise ApplicationError(
                 self._input_error, type="InvalidScheduleInput", non_retryable=True
             )
+        self._resume_redeliveries()
         timer_fired = False
         while True:
             self._dirty = False
@@ -463,6 +466,15 @@ class DurabilityScheduleWorkflow:
         """Reject a key with no dead letter, or one being redelivered."""
         with rejected_as(InvalidRequest):
             self._core.redeliverable(parse_redeliver(raw))
+
+    def _resume_redeliveries(self) -> None:
+        """Start again each redelivery the previous run had going when it continued as new:
+        the letter came marked as being redelivered, and nothing here would ever clear it.
+        At least once: the abandoned attempt may have delivered too."""
+        stranded = [letter for letter in self._core.state.dead_letters if letter.redelivering]
+        if stranded and workflow.patched(RESUME_REDELIVERIES_PATCH):
+            for letter in stranded:
+                self._spawn(self._redeliveries, self._redeliver(letter))
 
     async def _redeliver(self, letter: DeadLetter) -> None:
         run = self._run_object(letter.scheduled_time, letter.due_at, letter.params)
