@@ -27,7 +27,8 @@ from temporalio import workflow
 CLOSE_WITHOUT_UPDATE_PATCH = "close-in-a-task-without-updates"
 # The timer that asks Temporal for the next workflow task.
 NEXT_TASK_DELAY = timedelta(milliseconds=1)
-# Under a flood of updates every task may deliver one: close anyway after this many waits.
+# Under a steady stream of updates every task may deliver one: a run closes anyway after
+# this many waits.
 MAX_WAITS = 20
 
 
