@@ -1,4 +1,4 @@
-"""Close a run (continue-as-new, or return) only in a workflow task that delivered no update.
+"""Continue as new only in a workflow task that delivered no update.
 
 Temporal refuses a workflow task whose completion closes the run when a new event (a signal,
 a child's end) arrived while the task ran: the task fails with `UnhandledCommand` and is
@@ -8,8 +8,8 @@ workflow task failure" (`WorkflowNotReady`; temporalio/temporal#7296), although 
 workflow did nothing wrong and the update never took effect. An update that arrives while
 the closing task runs is safe: Temporal retries it on the next run.
 
-So before it closes, a workflow asks `UpdateDeliveries.closing_must_wait()`: when this task
-delivered an update, it sleeps for a new task (`next_task`) and asks again. Whether a task
+So before it continues as new, a workflow asks `UpdateDeliveries.closing_must_wait()`: when
+this task delivered an update, it sleeps for a new task (`next_task`) and asks again. Whether a task
 delivered an update is read from the history length every update handler notes, which the
 task's own updates share under any grouping of jobs (see `workflows.barrier`).
 

@@ -134,10 +134,10 @@ class OperationLedgerWorkflow:
                     )
             self._wake = False
             self._pump()
+        # Unlike continue-as-new (workflows.closing), the ledger completes in `stop`'s own
+        # task: a caller reads it as completed once `stop` returns. A signal racing that task
+        # can still get `stop` aborted unapplied; DurabilityClient sends it again.
         await workflow.wait_condition(workflow.all_handlers_finished)
-        while self._deliveries.closing_must_wait():
-            await self._deliveries.next_task()
-            await workflow.wait_condition(workflow.all_handlers_finished)
         return self._final
 
     def _history_due(self) -> bool:
