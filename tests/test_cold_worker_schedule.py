@@ -2,7 +2,9 @@
 then every message it accepts, sent at once to a worker that starts with an empty cache.
 
 On ca63e95 (before `workflows.barrier`), `run_completion` x `trigger` failed its workflow
-tasks with BAD_CANCEL_TIMER_ATTRIBUTES and the update was refused.
+tasks with BAD_CANCEL_TIMER_ATTRIBUTES and the update was refused. Since then the schedule
+wakes on a run's end only when a run is queued, and that pair passes with the barrier in
+`_watch_run` removed too (known gap: no case here needs that line).
 
 `redeliver` needs a dead letter: for it, one is made before the completion (`_dead_letter`),
 which is why each completion waits only for events that came after it began. A failed
@@ -13,6 +15,7 @@ test (`test_redeliver_after_a_failed_redelivery_on_a_cold_worker`).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -315,8 +318,20 @@ async def _start_schedule(
     )
 
 
-@pytest.mark.parametrize("message", sorted(MESSAGES))
-@pytest.mark.parametrize("completion", sorted(COMPLETIONS))
+# A paused schedule has no tick timer, so no tick can fire while it is paused: `unpause`
+# right after `tick_while_busy` would need a `pause` in between, whose task sends commands,
+# and would test nothing the other `unpause` cases do not.
+UNREACHABLE = {("tick_while_busy", "unpause")}
+
+
+@pytest.mark.parametrize(
+    ("completion", "message"),
+    [
+        pair
+        for pair in itertools.product(sorted(COMPLETIONS), sorted(MESSAGES))
+        if pair not in UNREACHABLE
+    ],
+)
 async def test_message_after_completion_on_a_cold_worker(
     client: Client, completion: str, message: str
 ) -> None:
@@ -329,13 +344,11 @@ async def test_message_after_completion_on_a_cold_worker(
                 # Version 0, so that the completion's `set` (version 1) still applies.
                 await handle.execute_update("set", {"expression": YEARLY, "version": 0})
                 await _dead_letter(handle, acts)
-            if message == "unpause" and completion != "tick_while_busy":
+            if message == "unpause":
                 await handle.execute_update("pause", {})
             await COMPLETIONS[completion](handle, acts)
         # The only workflow worker is gone; a new one starts with nothing cached.
         async with workflow_worker(client, task_queue):
-            if message == "unpause" and completion == "tick_while_busy":
-                await handle.execute_update("pause", {})
             await MESSAGES[message](handle, acts)
         # Another cold worker replays what the last one recorded, then must make progress:
         # a new version and a run of it that reports.
