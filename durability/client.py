@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -266,12 +266,19 @@ class DurabilityClient:
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 static_summary=summary_for(sent.workflow_id),
             )  # one per request: the SDK refuses to send an operation twice
-            return await self.temporal.execute_update_with_start_workflow(
-                sent.message,
-                sent.payload,
-                start_workflow_operation=operation,
-                result_type=result_type,
-            )
+            try:
+                return await self.temporal.execute_update_with_start_workflow(
+                    sent.message,
+                    sent.payload,
+                    start_workflow_operation=operation,
+                    result_type=result_type,
+                )
+            except RPCError:
+                # The operation's start future holds the same error: read it, so that asyncio
+                # does not log it as never retrieved once the call is sent again.
+                with suppress(Exception):
+                    await asyncio.wait_for(operation.workflow_handle(), timeout=1)
+                raise
 
         with _user_errors(sent.workflow_id, sent.message):
             return await _send_update(send)
