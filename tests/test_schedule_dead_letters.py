@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from tests.helpers import (
@@ -22,21 +22,25 @@ from tests.helpers import (
 YEARLY = "0 0 1 1 *"
 
 
+async def _start(
+    client: Client, task_queue: str, object_id: str, **options: Any
+) -> WorkflowHandle[Any, Any]:
+    """A schedule whose outcomes get 2 attempts 50 ms apart, with `options` on top."""
+    return await client.start_workflow(
+        "DurabilitySchedule",
+        {"outcome_retries": {"max_attempts": 2, "initial_interval_ms": 50}, **options},
+        id=f"schedule:{object_id}",
+        task_queue=task_queue,
+    )
+
+
 async def test_dead_letters_are_kept_bounded_and_redelivered_with_their_original_key(
     client: Client, dev_server_address: str, task_queue: str, unique: str
 ) -> None:
     receiver = OutcomeReceiver()
     object_id = f"dead-{unique}"
     async with schedule_worker(client, task_queue, receiver.activities()):
-        handle = await client.start_workflow(
-            "DurabilitySchedule",
-            {
-                "max_dead_letters": 2,
-                "outcome_retries": {"max_attempts": 2, "initial_interval_ms": 50},
-            },
-            id=f"schedule:{object_id}",
-            task_queue=task_queue,
-        )
+        handle = await _start(client, task_queue, object_id, max_dead_letters=2)
         await handle.execute_update("set", {"expression": YEARLY, "version": 1, "params": {"n": 1}})
         triggered = []
         for _ in range(3):
@@ -104,15 +108,7 @@ async def test_a_redelivery_going_on_at_continue_as_new_is_finished_by_the_next_
     receiver = OutcomeReceiver()
     object_id = f"stranded-{unique}"
     async with schedule_worker(client, task_queue, receiver.activities()):
-        handle = await client.start_workflow(
-            "DurabilitySchedule",
-            {
-                "continue_as_new_after_events": 40,
-                "outcome_retries": {"max_attempts": 2, "initial_interval_ms": 50},
-            },
-            id=f"schedule:{object_id}",
-            task_queue=task_queue,
-        )
+        handle = await _start(client, task_queue, object_id, continue_as_new_after_events=40)
         await handle.execute_update("set", {"expression": YEARLY, "version": 1})
         await handle.execute_update("trigger", {}, result_type=int)
         await eventually(lambda: _one_letter(handle), timeout=30)
@@ -129,18 +125,18 @@ async def test_a_redelivery_going_on_at_continue_as_new_is_finished_by_the_next_
         await handle.terminate("test done")
 
 
-async def _letters_full(handle: Any) -> list[dict[str, Any]]:
+async def _letters_full(handle: WorkflowHandle[Any, Any]) -> list[dict[str, Any]]:
     letters: list[dict[str, Any]] = await handle.query("dead_letters")
     return letters
 
 
-async def _letters(handle: Any) -> list[str]:
+async def _letters(handle: WorkflowHandle[Any, Any]) -> list[str]:
     return [letter["idempotency_key"] for letter in await _letters_full(handle)]
 
 
-async def _one_letter(handle: Any) -> bool:
+async def _one_letter(handle: WorkflowHandle[Any, Any]) -> bool:
     return len(await _letters(handle)) == 1 and not await handle.query("runs")
 
 
-async def _no_letters(handle: Any) -> bool:
+async def _no_letters(handle: WorkflowHandle[Any, Any]) -> bool:
     return not await _letters(handle)
