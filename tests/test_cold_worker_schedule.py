@@ -150,15 +150,8 @@ async def redelivery_completion(handle: WorkflowHandle[Any, Any], acts: Schedule
     await handle.execute_update("set", {"expression": YEARLY, "version": 1})
     acts.expression = YEARLY
     key = await _dead_letter(handle, acts)
-    since = await _redeliver_after_a_task_with_no_command(handle, acts, key)
-    outcome_id = await eventually(lambda: _outcome_scheduled(handle, since))
-    await wait_for_applied(
-        handle,
-        "ACTIVITY_TASK_COMPLETED",
-        lambda e: e.activity_task_completed_event_attributes.scheduled_event_id == outcome_id,
-    )
+    await _redelivery_ended(handle, acts, key, "ACTIVITY_TASK_COMPLETED")
     assert acts.delivered_keys.count(key) == 1, acts.delivered_keys
-    await _no_command_between(handle, since, "ACTIVITY_TASK_COMPLETED")
 
 
 async def _redeliver_after_a_task_with_no_command(
@@ -176,6 +169,27 @@ async def _redeliver_after_a_task_with_no_command(
     await wait_for_applied(handle, "WORKFLOW_EXECUTION_SIGNALED", _after(since))
     acts.outcome_gate.set()
     return since
+
+
+async def _redelivery_ended(
+    handle: WorkflowHandle[Any, Any], acts: ScheduleActivities, key: str, end: str
+) -> None:
+    """Redeliver `key` after a task with no command (see below) and wait until the end
+    (`ACTIVITY_TASK_COMPLETED` or `ACTIVITY_TASK_FAILED`) of its outcome activity is applied,
+    with only command-less tasks in between."""
+    since = await _redeliver_after_a_task_with_no_command(handle, acts, key)
+    outcome_id = await eventually(lambda: _outcome_scheduled(handle, since))
+
+    def ends_the_outcome(e: HistoryEvent) -> bool:
+        attributes = (
+            e.activity_task_completed_event_attributes
+            if end == "ACTIVITY_TASK_COMPLETED"
+            else e.activity_task_failed_event_attributes
+        )
+        return bool(attributes.scheduled_event_id == outcome_id)
+
+    await wait_for_applied(handle, end, ends_the_outcome)
+    await _no_command_between(handle, since, end)
 
 
 async def _outcome_scheduled(handle: WorkflowHandle[Any, Any], since: int) -> int:
@@ -386,14 +400,7 @@ async def test_redeliver_after_a_failed_redelivery_on_a_cold_worker(client: Clie
             # The redelivery's outcome activity refuses too, once the no-op signal's task (no
             # command) has completed: the failure is applied in the task right after it.
             acts.refusing = True
-            since = await _redeliver_after_a_task_with_no_command(handle, acts, key)
-            outcome_id = await eventually(lambda: _outcome_scheduled(handle, since))
-            await wait_for_applied(
-                handle,
-                "ACTIVITY_TASK_FAILED",
-                lambda e: e.activity_task_failed_event_attributes.scheduled_event_id == outcome_id,
-            )
-            await _no_command_between(handle, since, "ACTIVITY_TASK_FAILED")
+            await _redelivery_ended(handle, acts, key, "ACTIVITY_TASK_FAILED")
             assert acts.refused.count(key) == 2 and key not in acts.delivered_keys, acts.refused
             acts.refusing, acts.outcome_gate = False, None
         # The only workflow worker is gone; a new one starts with nothing cached and gets the
