@@ -122,6 +122,19 @@ class ScheduledRunObject(BaseModel):
     idempotency_key: str
     params: dict[str, Any] = Field(default_factory=dict)
 
+    @classmethod
+    def of(
+        cls, object_id: str, scheduled_time: int, due_at: int, params: dict[str, Any]
+    ) -> ScheduledRunObject:
+        """The run of `object_id` scheduled at `scheduled_time`, keyed by its idempotency key."""
+        return cls(
+            object_id=object_id,
+            scheduled_time=scheduled_time,
+            due_at=due_at,
+            idempotency_key=idempotency_key(object_id, scheduled_time),
+            params=params,
+        )
+
 
 class ScheduledRunInput(BaseModel):
     """Input of the `ScheduledRun` child workflow: its run and the schedule's settings."""

@@ -2,27 +2,16 @@
 
 The core decides (ticks, versions, slots, the queue, dead letters); this shell turns its
 decisions into a tick timer, a `ScheduledRun` child per run (`workflows.schedule.run`),
-search attributes, and continue-as-new once the history is long and every run has ended.
-
-Bring your own `next_occurrence` by subclassing (the run method must be redeclared)::
-
-    @workflow.defn(name="DurabilitySchedule")
-    class MySchedule(DurabilityScheduleWorkflow):
-        def next_occurrence(self, expression: str, after_ms: int) -> int | None:
-            return my_calendar.next(expression, after_ms)
-
-        @workflow.run
-        async def run(self, input: RawValue = NO_INPUT) -> None:  # see workflows.start_input
-            await super().run(input)
-
-and register it instead of `DurabilityScheduleWorkflow`.
+search attributes (`publish.py`), and continue-as-new once the history is long and every
+run has ended (`drain.py`). A deployment brings its own `next_occurrence` by subclassing
+(docs/contract.md, "Expressions").
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -30,7 +19,7 @@ from temporalio.common import RawValue, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import SANDBOXED, search_attributes
+    from workflows import SANDBOXED
     from workflows.barrier import record_progress
     from workflows.closing import UpdateDeliveries
     from workflows.rejection import rejected_as
@@ -49,10 +38,10 @@ with workflow.unsafe.imports_passed_through():
         parse_set,
         parse_start,
     )
+    from workflows.schedule.drain import Drain
     from workflows.schedule.handover import hand_over
     from workflows.schedule.lifecycle import Lifecycle
     from workflows.schedule.models import (
-        DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS,
         RUN_ACKNOWLEDGED_SIGNAL,
         RUN_INTERRUPTED_ERROR,
         RUN_SETTLED_SIGNAL,
@@ -65,17 +54,10 @@ with workflow.unsafe.imports_passed_through():
         lifecycle_event,
         run_workflow_id,
     )
-    from workflows.schedule.run import ScheduledRunWorkflow, deliver_outcome, errored, now_ms
+    from workflows.schedule.publish import Published
+    from workflows.schedule.redelivery import Redeliveries
+    from workflows.schedule.run import ScheduledRunWorkflow, errored, now_ms
     from workflows.start_input import NO_INPUT, decode_start_input
-
-# Before continuing as new the schedule starts no run and waits until every started run has
-# ended: Temporal refuses a continue-as-new that races a new event (a child's completion, a
-# signal) and fails that workflow task. Runs still alive once the wait has added as many
-# events as the continue-as-new threshold, and at most this many, are handed over to signal
-# reporting (`handover.py`): a run that never ends must not grow the history forever.
-CONTINUE_AS_NEW_DRAIN_EVENTS = 1000
-# Recorded when a run starts again the redeliveries its predecessor left going (0.1.1).
-RESUME_REDELIVERIES_PATCH = "resume-carried-redeliveries"
 
 
 @workflow.defn(name="DurabilitySchedule", sandboxed=SANDBOXED)
@@ -99,15 +81,14 @@ class DurabilityScheduleWorkflow:
             self._settings.max_dead_letters,
         )
         self._lifecycle = Lifecycle(self._settings)
-        # Tasks of this run of the workflow: child starts, dead-letter redeliveries, and the
-        # watch on each started run's completion (its report).
+        self._redeliveries = Redeliveries(self._settings, self._core, self._redelivered)
+        # Tasks of this run of the workflow: child starts, and the watch on each started
+        # run's completion (its report).
         self._starts: set[asyncio.Task[None]] = set()
-        self._redeliveries: set[asyncio.Task[None]] = set()
         self._watches: dict[int, asyncio.Task[None]] = {}
-        # While draining before continue-as-new: the history length at which to stop waiting.
-        self._drain_ends_at: int | None = None
+        self._drain = Drain(self._settings.continue_as_new_after_events)
         self._dirty = False
-        self._published: dict[str, int | None] = {}
+        self._published = Published(self._object_id)
         self._deliveries = UpdateDeliveries()
         # Runs told to report by signal (handover.py): each is told once.
         self._handed_over: set[int] = set()
@@ -123,16 +104,13 @@ class DurabilityScheduleWorkflow:
             raise ApplicationError(
                 self._input_error, type="InvalidScheduleInput", non_retryable=True
             )
-        self._resume_redeliveries()
+        self._redeliveries.resume_stranded()
         timer_fired = False
         while True:
             self._dirty = False
             started = self._step(now_ms())
-            if self._drain_ends_at is None and self._history_long():
-                self._drain_ends_at = workflow.info().get_current_history_length() + min(
-                    self._continue_as_new_after_events(), CONTINUE_AS_NEW_DRAIN_EVENTS
-                )
-            if self._drain_ends_at is not None and self._drain_over():
+            self._drain.begin_if_due()
+            if self._drain.going and self._drain_over():
                 break
             wake_at = self._core.next_wake_at()
             if timer_fired and not started and wake_at is None:
@@ -178,7 +156,7 @@ class DurabilityScheduleWorkflow:
         """Tick if due and start what the free slots allow (none while draining); returns
         whether a run started."""
         due = self._core.tick(now)
-        startable = self._core.take_startable() if self._drain_ends_at is None else []
+        startable = [] if self._drain.going else self._core.take_startable()
         if isinstance(due, Skipped):
             workflow.logger.warning(
                 "skipped the tick %s of %s: %s", due.scheduled_time, self._object_id, due.reason
@@ -187,60 +165,34 @@ class DurabilityScheduleWorkflow:
         elif due is not None:
             self._emit(due.scheduled_time, "due", now, queued=due not in startable)
         for run, last_slot in zip(startable, self._core.takes_last_slot(startable), strict=True):
-            self._spawn(self._starts, self._start_run(run, settle_by_signal=last_slot))
-        self._publish()
+            start = asyncio.create_task(self._start_run(run, settle_by_signal=last_slot))
+            self._starts.add(start)
+            start.add_done_callback(self._starts.discard)
+        self._published.publish(self._core.state, self._core.next_wake_at())
         return bool(startable)
 
     def _woken(self) -> bool:
-        if self._drain_ends_at is not None:
+        if self._drain.going:
             return self._dirty or self._drain_over()
-        return self._dirty or self._history_long()
+        return self._dirty or self._drain.history_long()
 
     def _drain_over(self) -> bool:
         """Every run's child has ended and nothing of this run of the workflow is pending (a
         continue-as-new now races no event), or the drain's allowance of events is spent."""
-        assert self._drain_ends_at is not None
-        drained = (
+        return self._drain.over(
             not self._starts
-            and not self._redeliveries
+            and not self._redeliveries.tasks
             and not self._lifecycle.tasks
             and self._core.queued_count() == len(self._core.state.runs)
         )
-        return drained or workflow.info().get_current_history_length() >= self._drain_ends_at
-
-    def _continue_as_new_after_events(self) -> int:
-        return self._settings.continue_as_new_after_events or DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS
-
-    def _history_long(self) -> bool:
-        info = workflow.info()
-        return (
-            info.is_continue_as_new_suggested()
-            or info.get_current_history_length() >= self._continue_as_new_after_events()
-        )
-
-    def _spawn(self, tasks: set[asyncio.Task[None]], work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
 
     def _emit(self, scheduled_time: int, event_type: str, now: int, **fields: Any) -> None:
         key = idempotency_key(self._object_id, scheduled_time)
         self._lifecycle.emit(lifecycle_event(event_type, key, scheduled_time, now, **fields))
 
-    def _run_object(
-        self, scheduled_time: int, due_at: int, params: dict[str, Any]
-    ) -> ScheduledRunObject:
-        return ScheduledRunObject(
-            object_id=self._object_id,
-            scheduled_time=scheduled_time,
-            due_at=due_at,
-            idempotency_key=idempotency_key(self._object_id, scheduled_time),
-            params=params,
-        )
-
     async def _start_run(self, run: Run, settle_by_signal: bool) -> None:
         run_input = ScheduledRunInput(
-            run=self._run_object(run.scheduled_time, run.due_at, run.params),
+            run=ScheduledRunObject.of(self._object_id, run.scheduled_time, run.due_at, run.params),
             schedule_workflow_id=workflow.info().workflow_id,
             settings=self._settings,
             settle_by_signal=settle_by_signal,
@@ -294,30 +246,6 @@ class DurabilityScheduleWorkflow:
     def _record_progress(self, **extra: int) -> None:
         running, queued = self._core.running_count(), self._core.queued_count()
         record_progress({"running": running, "queued": queued, **extra})
-
-    def _publish(self) -> None:
-        """Upsert the search attributes that changed, and the UI's current details."""
-        stored = self._core.state.schedule
-        wake_at = self._core.next_wake_at()
-        updates: list[Any] = []
-        first = "next_tick_at" not in self._published  # this run's first workflow task
-        if first:
-            updates.append(search_attributes.OBJECT_ID.value_set(self._object_id))
-        if first or status.next_tick_stale(self._published["next_tick_at"], wake_at):
-            updates.append(
-                search_attributes.NEXT_TICK_AT.value_unset()
-                if wake_at is None
-                else search_attributes.NEXT_TICK_AT.value_set(
-                    datetime.fromtimestamp(wake_at / 1000, tz=UTC)
-                )
-            )
-            self._published["next_tick_at"] = wake_at
-        if stored is not None and stored.version != self._published.get("version"):
-            updates.append(search_attributes.SCHEDULE_VERSION.value_set(stored.version))
-            self._published["version"] = stored.version
-        if updates:
-            workflow.upsert_search_attributes(updates)
-        workflow.set_current_details(status.details(self._core.state, wake_at))
 
     # --- messages: handlers parse and hand to the core ---
 
@@ -456,9 +384,7 @@ class DurabilityScheduleWorkflow:
         """Deliver a dead-lettered outcome again, as it was, under the same retry policy;
         returns at once (true); the letter leaves `dead_letters` once delivered."""
         self._deliveries.note()
-        letter = self._core.redeliverable(parse_redeliver(raw))
-        letter.redelivering = True
-        self._spawn(self._redeliveries, self._redeliver(letter))
+        self._redeliveries.start(self._core.redeliverable(parse_redeliver(raw)))
         return True
 
     @redeliver.validator
@@ -467,19 +393,7 @@ class DurabilityScheduleWorkflow:
         with rejected_as(InvalidRequest):
             self._core.redeliverable(parse_redeliver(raw))
 
-    def _resume_redeliveries(self) -> None:
-        """Start again each redelivery the previous run had going when it continued as new:
-        the letter came marked as being redelivered, and nothing here would ever clear it.
-        At least once: the abandoned attempt may have delivered too."""
-        stranded = [letter for letter in self._core.state.dead_letters if letter.redelivering]
-        if stranded and workflow.patched(RESUME_REDELIVERIES_PATCH):
-            for letter in stranded:
-                self._spawn(self._redeliveries, self._redeliver(letter))
-
-    async def _redeliver(self, letter: DeadLetter) -> None:
-        run = self._run_object(letter.scheduled_time, letter.due_at, letter.params)
-        error = await deliver_outcome(self._settings, run, letter.outcome)
-        self._core.redelivered(letter.idempotency_key, error)
+    def _redelivered(self, letter: DeadLetter) -> None:
         # The letter left the list (or may be redelivered again): a `redeliver` validator
         # decides on it, so this completion's task sends a command. See workflows.barrier.
         self._record_progress(redelivered=letter.scheduled_time)

@@ -1,0 +1,46 @@
+"""What a schedule publishes outside its history: search attributes and the UI's details.
+
+Each upsert is a billed action and a visibility write, so only what changed is sent.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from temporalio import workflow
+
+from workflows import search_attributes
+from workflows.schedule import status
+from workflows.schedule.core import ScheduleState
+
+
+class Published:
+    """The values this run of the schedule last upserted."""
+
+    def __init__(self, object_id: str) -> None:
+        self._object_id = object_id
+        self._values: dict[str, int | None] = {}
+
+    def publish(self, state: ScheduleState, wake_at: int | None) -> None:
+        """Upsert the search attributes that changed, and set the UI's current details."""
+        updates: list[Any] = []
+        first = "next_tick_at" not in self._values  # this run's first workflow task
+        if first:
+            updates.append(search_attributes.OBJECT_ID.value_set(self._object_id))
+        if first or status.next_tick_stale(self._values["next_tick_at"], wake_at):
+            updates.append(
+                search_attributes.NEXT_TICK_AT.value_unset()
+                if wake_at is None
+                else search_attributes.NEXT_TICK_AT.value_set(
+                    datetime.fromtimestamp(wake_at / 1000, tz=UTC)
+                )
+            )
+            self._values["next_tick_at"] = wake_at
+        stored = state.schedule
+        if stored is not None and stored.version != self._values.get("version"):
+            updates.append(search_attributes.SCHEDULE_VERSION.value_set(stored.version))
+            self._values["version"] = stored.version
+        if updates:
+            workflow.upsert_search_attributes(updates)
+        workflow.set_current_details(status.details(state, wake_at))
