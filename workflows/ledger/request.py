@@ -18,6 +18,7 @@ from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     FailureError,
+    WorkflowAlreadyStartedError,
     is_cancelled_exception,
 )
 
@@ -25,13 +26,21 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from workflows import SANDBOXED
-    from workflows.ledger import FROZEN_REQUEST_WORKFLOW, core, ledger_workflow_id
+    from workflows.ledger import (
+        FROZEN_REQUEST_WORKFLOW,
+        core,
+        ledger_workflow_id,
+        request_workflow_id,
+    )
     from workflows.ledger.models import FrozenRequestInput, RequestReport
 
 # The FrozenRequest loop owns retries (L7, L8): one activity attempt per submit/query.
 SEND_RETRY = RetryPolicy(maximum_attempts=1)
 # A FrozenRequest continues-as-new after this many non-final attempts (bounded history).
 REQUEST_ATTEMPTS_PER_RUN = 200
+# How many times (a second apart) the ledger tries to start a request whose workflow ID is
+# still taken by the request's previous run (before `resume`).
+CHILD_START_TRIES = 60
 
 
 def now_ms() -> int:
@@ -45,6 +54,38 @@ def failure_message(error: BaseException) -> str:
     while isinstance(cause, FailureError) and cause.cause is not None:
         cause = cause.cause
     return str(cause) or type(cause).__name__
+
+
+async def start_request(
+    ledger_id: str, request_id: str, child_input: FrozenRequestInput, operations: str
+) -> workflow.ChildWorkflowHandle[Any, Any] | None:
+    """Start the request's `FrozenRequest` child (ABANDON: continue-as-new never terminates a
+    request in flight); None when its workflow ID stayed taken for every try."""
+    for _ in range(CHILD_START_TRIES):
+        try:
+            return await workflow.start_child_workflow(
+                FROZEN_REQUEST_WORKFLOW,
+                child_input,
+                id=request_workflow_id(ledger_id, request_id),
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                static_summary=f"request {request_id} for {operations}",
+            )
+        except WorkflowAlreadyStartedError:
+            # The previous run of this request (before resume) is still closing.
+            await workflow.sleep(timedelta(seconds=1))
+    return None
+
+
+async def cancel_request(ledger_id: str, request_id: str) -> None:
+    """Cancel a request started by an earlier run of the ledger (no handle here); a request
+    that already closed is left as it is."""
+    child = workflow.get_external_workflow_handle(request_workflow_id(ledger_id, request_id))
+    try:
+        await child.cancel()
+    except FailureError as error:
+        if is_cancelled_exception(error):
+            raise
+        workflow.logger.info("request %s already closed: %s", request_id, error)
 
 
 def _raise_if_cancel_requested() -> None:

@@ -1,19 +1,13 @@
-"""Temporal shell of the operation ledger: `OperationLedger` (its `FrozenRequest` children are
-in `workflows.ledger.request`; imported here too, as before).
+"""`OperationLedger`: the Temporal shell around `workflows.ledger.core`, which decides.
 
-All decisions live in `workflows.ledger.core`; this module only moves messages, activity
-results and child reports into it, and turns its plans into activities and children.
+This module moves messages, activity results and child reports into the core, and turns its
+plans into compiles (`compile.py`) and `FrozenRequest` children (`request.py`).
 
-- Event history is the ledger: the compile activity's result and the frozen request are in
-  history/state before the `FrozenRequest` child (which alone sends anything) starts (L6).
-- Each request's child reports to this ledger by signal (`request_progress`,
-  `request_finished`). Children are started with parent-close policy ABANDON: continue-as-new
-  never terminates a request in flight. The ledger run that started a child also awaits its
-  completion, only to notice a child that ended without reporting (failed, terminated).
-- A workflow task that applies a completion which changes the ledger's state always sends a
-  command (`workflows.barrier`), so an update is never folded into that task by a cold worker.
-- With `local_compile`, compile is a local activity: its result (a marker) is recorded in the
-  same workflow task completion that starts the request's child (L6).
+- Event history is the ledger: the compiled body and the frozen request are in history and
+  state before the child, which alone sends anything, starts (L6).
+- Each child reports by signal (`request_progress`, `request_finished`); the run that started
+  it also awaits its completion, to notice a child that ended without reporting.
+- A task that applies a state-changing completion always sends a command (`workflows.barrier`).
 - Signals and updates share names (`enqueue`, `release`, `resume`, `skip`); a bad signal is
   logged, counted (`dropped_signals` in the snapshot) and dropped, never raised.
 """
@@ -27,12 +21,10 @@ from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RawValue, RetryPolicy
+from temporalio.common import RawValue
 from temporalio.exceptions import (
     ApplicationError,
     ChildWorkflowError,
-    FailureError,
-    WorkflowAlreadyStartedError,
     is_cancelled_exception,
 )
 
@@ -40,29 +32,26 @@ with workflow.unsafe.imports_passed_through():
     from workflows import SANDBOXED
     from workflows.barrier import record_progress
     from workflows.closing import UpdateDeliveries
-    from workflows.ledger import (
-        FROZEN_REQUEST_WORKFLOW,
-        LEDGER_WORKFLOW,
-        core,
-        request_workflow_id,
-    )
+    from workflows.ledger import LEDGER_WORKFLOW, core
+    from workflows.ledger.compile import compile_operation
     from workflows.ledger.models import (
         EnqueueInput,
         EnqueueResult,
-        FrozenRequestInput,
         RequestReport,
         SkipInput,
     )
-    from workflows.ledger.request import FrozenRequestWorkflow, failure_message, now_ms
+    from workflows.ledger.request import (
+        FrozenRequestWorkflow,
+        cancel_request,
+        now_ms,
+        start_request,
+    )
     from workflows.rejection import rejected_as
     from workflows.search_attributes import LEDGER_ID
     from workflows.start_input import NO_INPUT, decode_start_input
 
-COMPILE_TIMEOUT = timedelta(seconds=60)
-COMPILE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3)
 # Continue-as-new at this many events even if Temporal has not suggested it yet.
 SAFETY_CAP_EVENTS = 10_000
-CHILD_START_TRIES = 60
 # Before continue-as-new, wait this long at most for attempts in flight to report (`_quiet`).
 QUIET_BEFORE_CONTINUE = timedelta(seconds=1)
 
@@ -158,14 +147,8 @@ class OperationLedgerWorkflow:
         )
 
     def _quiet(self) -> bool:
-        """No request started by this run is about to report: each is sleeping until a retry.
-
-        Temporal refuses continue-as-new when new events arrived during the workflow task
-        (the task fails, the run is evicted and replayed from its first event, then tries
-        again). With requests mid-attempt, their reports and completions arrive every few
-        milliseconds, so each try failed until they all drained: ~1.5 s per continue-as-new
-        with 32 in flight, 2 failed tasks and 2 full replays of ~4,000 events.
-        """
+        """No request started by this run is about to report: each is sleeping until a retry,
+        so no report races the continue-as-new (docs/determinism.md)."""
         if self._state.stopped or self._final is not None:
             return True
         return core.waiting_to_retry(self._state, self._children, now_ms())
@@ -194,37 +177,8 @@ class OperationLedgerWorkflow:
             self._compiles[op_id] = asyncio.create_task(self._compile(op_id, request_id))
 
     async def _compile(self, op_id: str, request_id: str) -> None:
-        intent = self._state.operations[op_id].intent
-        args = [intent.model_dump(mode="json"), request_id]
         try:
-            if self._config.local_compile:
-                compiled = await workflow.execute_local_activity(
-                    self._config.compile_activity,
-                    args=args,
-                    start_to_close_timeout=COMPILE_TIMEOUT,
-                    retry_policy=COMPILE_RETRY,
-                    summary=f"compile {op_id}",
-                )
-            else:
-                compiled = await workflow.execute_activity(
-                    self._config.compile_activity,
-                    args=args,
-                    task_queue=self._config.activity_task_queue,
-                    start_to_close_timeout=COMPILE_TIMEOUT,
-                    retry_policy=COMPILE_RETRY,
-                    summary=f"compile {op_id}",
-                )
-        except FailureError as error:
-            # An ActivityError; a local activity's failure arrives unwrapped (ApplicationError,
-            # TimeoutError), still with the error's message.
-            if is_cancelled_exception(error):
-                core.abandon_dispatch(self._state, op_id)
-                raise
-            core.block_compile(self._state, op_id, failure_message(error))
-            compiled = None
-        except asyncio.CancelledError:
-            core.abandon_dispatch(self._state, op_id)
-            raise
+            compiled = await compile_operation(self._state, self._config, op_id, request_id)
         finally:
             self._compiles.pop(op_id, None)
             self._wake = True
@@ -260,8 +214,9 @@ class OperationLedgerWorkflow:
         """Start the request's child and wait for its end (reported by signal, or a failure)."""
         child_input = core.request_input(self._state, self._config, self._ledger_id, request_id)
         self._starting.add(request_id)
+        operations = ", ".join(self._state.requests[request_id].operation_ids)
         try:
-            handle = await self._start_child(request_id, child_input)
+            handle = await start_request(self._ledger_id, request_id, child_input, operations)
         finally:
             self._starting.discard(request_id)
         if handle is None:
@@ -291,24 +246,6 @@ class OperationLedgerWorkflow:
     def _record_progress(self) -> None:
         """See `workflows.barrier`: this workflow task sends a command, the status memo."""
         record_progress(core.phase_counts(self._state))
-
-    async def _start_child(
-        self, request_id: str, child_input: FrozenRequestInput
-    ) -> workflow.ChildWorkflowHandle[Any, Any] | None:
-        operations = ", ".join(self._state.requests[request_id].operation_ids)
-        for _ in range(CHILD_START_TRIES):
-            try:
-                return await workflow.start_child_workflow(
-                    FROZEN_REQUEST_WORKFLOW,
-                    child_input,
-                    id=request_workflow_id(self._ledger_id, request_id),
-                    parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                    static_summary=f"request {request_id} for {operations}",
-                )
-            except WorkflowAlreadyStartedError:
-                # The previous run of this request (before resume) is still closing.
-                await workflow.sleep(timedelta(seconds=1))
-        return None
 
     # ------------------------------------------------------------ messages
     # Every payload is parsed by its `core` function before anything is recorded. An update's
@@ -454,15 +391,7 @@ class OperationLedgerWorkflow:
         # Requests started by an earlier run (before continue-as-new) have no local task.
         for request in list(self._state.requests.values()):
             if request.phase == "in_flight" and request.id not in self._children:
-                child = workflow.get_external_workflow_handle(
-                    request_workflow_id(self._ledger_id, request.id)
-                )
-                try:
-                    await child.cancel()
-                except FailureError as error:
-                    if is_cancelled_exception(error):
-                        raise
-                    workflow.logger.info("request %s already closed: %s", request.id, error)
+                await cancel_request(self._ledger_id, request.id)
                 core.request_interrupted(self._state, request.id, "stopped", stopped=True)
         await workflow.wait_condition(lambda: not self._compiles and not self._children)
         self._final = core.snapshot(self._state)
