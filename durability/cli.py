@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from durability.client import DurabilityClient, NotFoundError, RejectedError
+from durability.client import DurabilityClient, NotFoundError, RejectedError, UnansweredError
 from durability.connect import ConfigurationError
 from durability.tracing import configure_tracing
 
@@ -553,6 +553,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_codec_server(args)
         parse_inputs(args)
         result = asyncio.run(execute(args))
+    except UnansweredError as error:  # a TimeoutError, so an OSError: before that clause
+        print(f"durability: {error}", file=sys.stderr)
+        return 1
     except (UsageError, ConfigurationError, ValueError, OSError) as error:
         print(f"durability: {error}", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypedDict
 
 from temporalio.api.errordetails.v1 import (
@@ -35,6 +36,8 @@ from workflows import search_attributes
 
 # How many times an update Temporal aborted unapplied is sent (see `_send_update`).
 UPDATE_ATTEMPTS = 5
+# How long an update call waits for its answer, all attempts included (`UnansweredError`).
+UPDATE_TIMEOUT = timedelta(minutes=2)
 
 SCHEDULE_WORKFLOW = "DurabilitySchedule"
 LEDGER_WORKFLOW = "OperationLedger"
@@ -90,6 +93,24 @@ class RejectedError(Exception):
 
 class NotFoundError(Exception):
     """No schedule or ledger workflow has that ID."""
+
+
+class UnansweredError(TimeoutError):
+    """No answer to an update within the client's `update_timeout`.
+
+    The update may or may not have taken effect: read the state before sending it again.
+    Temporal can leave an update completed in the workflow task that continues as new
+    unanswered (temporalio/temporal#6375); without a bound its caller would wait forever.
+    """
+
+    def __init__(self, *, update: str, workflow_id: str, timeout: timedelta) -> None:
+        super().__init__(
+            f"no answer to the {update!r} update of {workflow_id!r} within "
+            f"{timeout.total_seconds():g} s; it may or may not have taken effect: read the "
+            "state before sending it again"
+        )
+        self.update = update
+        self.workflow_id = workflow_id
 
 
 def schedule_workflow_id(object_id: str) -> str:
@@ -239,12 +260,39 @@ async def _send_update(send: Callable[[], Awaitable[Any]]) -> Any:
     raise AssertionError("unreachable")
 
 
+async def _answered_within(
+    timeout: timedelta | None, workflow_id: str, update: str, send: Callable[[], Awaitable[Any]]
+) -> Any:
+    """`_send_update(send)`, bounded by `timeout` in all (None: no bound)."""
+    if timeout is None:
+        return await _send_update(send)
+    bound = asyncio.timeout(timeout.total_seconds())
+    try:
+        async with bound:
+            return await _send_update(send)
+    except Exception as error:
+        # The SDK turns the bound's cancellation into its own error type: ask the bound.
+        if bound.expired():
+            raise UnansweredError(
+                update=update, workflow_id=workflow_id, timeout=timeout
+            ) from error
+        raise
+
+
 class DurabilityClient:
     """Schedules and ledgers by business ID: `acct-42`, not `schedule:acct-42`."""
 
-    def __init__(self, client: Client, task_queue_name: str | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        task_queue_name: str | None = None,
+        *,
+        update_timeout: timedelta | None = UPDATE_TIMEOUT,
+    ) -> None:
+        """`update_timeout` bounds each update call (`UnansweredError`); None waits forever."""
         self.temporal = client
         self.task_queue = task_queue_name or task_queue()
+        self.update_timeout = update_timeout
 
     @classmethod
     async def connect(cls, task_queue_name: str | None = None) -> DurabilityClient:
@@ -281,7 +329,7 @@ class DurabilityClient:
                 raise
 
         with _user_errors(sent.workflow_id, sent.message):
-            return await _send_update(send)
+            return await _answered_within(self.update_timeout, sent.workflow_id, sent.message, send)
 
     async def _signal_with_start(self, sent: _WithStart) -> None:
         """Fire and forget: bad input is logged and dropped by the workflow."""
@@ -300,8 +348,11 @@ class DurabilityClient:
     ) -> Any:
         handle = self.temporal.get_workflow_handle(workflow_id)
         with _user_errors(workflow_id, update):
-            return await _send_update(
-                lambda: handle.execute_update(update, payload, result_type=result_type)
+            return await _answered_within(
+                self.update_timeout,
+                workflow_id,
+                update,
+                lambda: handle.execute_update(update, payload, result_type=result_type),
             )
 
     async def _query(self, workflow_id: str, query: str, *args: Any) -> Any:

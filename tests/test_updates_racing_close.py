@@ -15,8 +15,10 @@ import asyncio
 import itertools
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
+import pytest
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.api.history.v1 import HistoryEvent
@@ -24,7 +26,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributeKey
 from temporalio.worker import Worker
 
-from durability.client import DurabilityClient
+from durability.client import DurabilityClient, UnansweredError
 from tests.helpers import eventually, production_replayer, record_history
 from tests.test_ledger_support import intent, operations
 from tests.test_ledger_workflow import live_ledger, settled
@@ -190,6 +192,34 @@ async def test_the_client_sends_again_an_update_temporal_aborted(
         if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
     ]
     assert len(updates) == 2
+
+
+@workflow.defn(name="DurabilitySchedule", sandboxed=False)
+class NeverAnswers:
+    """Stands in for a schedule whose `pause` is never answered, as Temporal can leave an
+    update completed in the task that continues as new (temporalio/temporal#6375)."""
+
+    @workflow.run
+    async def run(self, _input: Any = None) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.update(name="pause")
+    async def pause(self, _raw: Any = None) -> bool:
+        await workflow.wait_condition(lambda: False)
+        return True
+
+
+async def test_an_update_never_answered_fails_after_the_clients_bound(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    durability = DurabilityClient(client, task_queue, update_timeout=timedelta(seconds=2))
+    async with Worker(client, task_queue=task_queue, workflows=[NeverAnswers]):
+        handle = await client.start_workflow(
+            "DurabilitySchedule", id=f"schedule:{unique}", task_queue=task_queue
+        )
+        with pytest.raises(UnansweredError, match=r"'pause' update of 'schedule:.*within 2 s"):
+            await asyncio.wait_for(durability.pause_schedule(unique), timeout=UPDATE_ANSWER_S)
+        await handle.terminate("test over")
 
 
 async def _no_runs(handle: WorkflowHandle[Any, Any]) -> bool:
