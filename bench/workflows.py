@@ -1,6 +1,8 @@
 """The benchmark's own workflows: the floors (raw timer loop, raw chain, activity throughput)
 and the workflow native Temporal Schedules start. Kept minimal on purpose: each does exactly
-what its floor measures and nothing more."""
+what its floor measures and nothing more. They run outside the SDK's sandbox like the
+product's workflows (`workflows.SANDBOXED`): a sandboxed workflow re-imports its module for
+every new instance, which would slow the baselines and not durability."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
 from temporalio.workflow import ParentClosePolicy
+
+from workflows import SANDBOXED
 
 SCHEDULED_START_TIME = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
 ACTIVITY_TIMEOUT = timedelta(seconds=60)
@@ -24,7 +28,7 @@ def _next_second(now_ms: int) -> int:
     return (now_ms // 1000 + 1) * 1000
 
 
-@workflow.defn(name="BenchTimerLoop")
+@workflow.defn(name="BenchTimerLoop", sandboxed=SANDBOXED)
 class BenchTimerLoop:
     """Sleep to each next whole second until `until_ms`; return [target_ms, lateness_ms] pairs
     where lateness is workflow.now() after waking minus the target."""
@@ -42,7 +46,7 @@ class BenchTimerLoop:
             samples.append([target, _now_ms() - target])
 
 
-@workflow.defn(name="BenchChain")
+@workflow.defn(name="BenchChain", sandboxed=SANDBOXED)
 class BenchChain:
     """What one tick must do, minimally: an aligned timer, then a child workflow that runs a
     no-op activity. The child is started without waiting for it, like a schedule's run."""
@@ -74,14 +78,14 @@ class BenchChain:
         return ticks
 
 
-@workflow.defn(name="BenchChainChild")
+@workflow.defn(name="BenchChainChild", sandboxed=SANDBOXED)
 class BenchChainChild:
     @workflow.run
     async def run(self, args: dict[str, Any]) -> None:
         await workflow.execute_activity("bench_mark", args, start_to_close_timeout=ACTIVITY_TIMEOUT)
 
 
-@workflow.defn(name="BenchNativeRun")
+@workflow.defn(name="BenchNativeRun", sandboxed=SANDBOXED)
 class BenchNativeRun:
     """Started by a native Temporal Schedule: run the same no-op activity, telling it the
     `TemporalScheduledStartTime` the schedule stamped on this workflow."""
@@ -97,7 +101,7 @@ class BenchNativeRun:
         )
 
 
-@workflow.defn(name="BenchActivityThroughput")
+@workflow.defn(name="BenchActivityThroughput", sandboxed=SANDBOXED)
 class BenchActivityThroughput:
     """`count` no-op activities from one workflow with `parallel` in flight; returns elapsed
     workflow time in ms (first schedule to last completion)."""
@@ -119,7 +123,7 @@ class BenchActivityThroughput:
         return _now_ms() - started
 
 
-@workflow.defn(name="BenchRawLedger")
+@workflow.defn(name="BenchRawLedger", sandboxed=SANDBOXED)
 class BenchRawLedger:
     """The ledger's graph done the plainest way, as a fair baseline: one workflow calls the
     submit activity for each operation directly (no child workflows, no frozen bodies, no
@@ -174,7 +178,7 @@ class BenchRawLedger:
         return _now_ms() - started
 
 
-@workflow.defn(name="BenchHopChild")
+@workflow.defn(name="BenchHopChild", sandboxed=SANDBOXED)
 class BenchHopChild:
     """One hop of the ledger's shape: a child workflow that calls the submit activity once."""
 
@@ -187,7 +191,7 @@ class BenchHopChild:
         )
 
 
-@workflow.defn(name="BenchChildHops")
+@workflow.defn(name="BenchChildHops", sandboxed=SANDBOXED)
 class BenchChildHops:
     """`count` hops one after another (start a child that submits once, await it); returns
     each hop's workflow time in ms: the floor of one step of a ledger's critical path."""
