@@ -20,13 +20,15 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     CancelledError,
+    ChildWorkflowError,
     FailureError,
     RetryState,
+    WorkflowAlreadyStartedError,
 )
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
@@ -51,7 +53,9 @@ with workflow.unsafe.imports_passed_through():
         ScheduledRunResult,
         ScheduleInput,
         lifecycle_event,
+        run_workflow_id,
     )
+    from workflows.schedule.status import iso
 
 # Time a cancelled run activity gets, beyond run_timeout_ms, to acknowledge cancellation.
 RUN_CANCEL_GRACE = timedelta(seconds=30)
@@ -251,3 +255,42 @@ def _error_of(cause: BaseException | None, *, timeout_name: str) -> RunError:
     if cause is None:
         return RunError(name="Error", message="unknown failure")
     return RunError(name=type(cause).__name__, message=str(cause))
+
+
+async def start_run(
+    run_input: ScheduledRunInput,
+) -> workflow.ChildWorkflowHandle[Any, ScheduledRunResult] | None:
+    """Start the run's `ScheduledRun` child, at most once (S6: the ID is the run's, never
+    reused); None when a workflow already took that ID (e.g. after a reset): it reports."""
+    run = run_input.run
+    try:
+        return await workflow.start_child_workflow(
+            ScheduledRunWorkflow.run,
+            run_input,
+            id=run_workflow_id(run.object_id, run.scheduled_time),
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+            static_summary=f"run {iso(run.scheduled_time)} of {run.object_id}",
+        )
+    except WorkflowAlreadyStartedError:
+        workflow.logger.warning(
+            "run %s of %s already started; not starting it again",
+            run.scheduled_time,
+            run.object_id,
+        )
+        return None
+
+
+async def report_of(
+    handle: workflow.ChildWorkflowHandle[Any, ScheduledRunResult], run: ScheduledRunObject
+) -> ScheduledRunResult:
+    """The run's completion is its report: its end and its outcome's delivery. A run
+    terminated or failed from outside never reports: it ends interrupted, undelivered."""
+    try:
+        return await handle
+    except ChildWorkflowError as error:
+        workflow.logger.error(
+            "run %s of %s ended without reporting: %s", run.scheduled_time, run.object_id, error
+        )
+        outcome = errored(RUN_INTERRUPTED_ERROR, f"the run workflow ended: {error}")
+        return ScheduledRunResult(outcome=outcome, delivered=False)

@@ -15,8 +15,8 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RawValue, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from workflows import SANDBOXED
@@ -43,7 +43,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.schedule.lifecycle import Lifecycle
     from workflows.schedule.models import (
         RUN_ACKNOWLEDGED_SIGNAL,
-        RUN_INTERRUPTED_ERROR,
         RUN_SETTLED_SIGNAL,
         RunAcknowledged,
         RunSettled,
@@ -56,7 +55,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.schedule.publish import Published
     from workflows.schedule.redelivery import Redeliveries
-    from workflows.schedule.run import ScheduledRunWorkflow, errored, now_ms
+    from workflows.schedule.run import now_ms, report_of, start_run
     from workflows.start_input import NO_INPUT, decode_start_input
 
 
@@ -191,52 +190,36 @@ class DurabilityScheduleWorkflow:
         self._lifecycle.emit(lifecycle_event(event_type, key, scheduled_time, now, **fields))
 
     async def _start_run(self, run: Run, settle_by_signal: bool) -> None:
-        run_input = ScheduledRunInput(
-            run=ScheduledRunObject.of(self._object_id, run.scheduled_time, run.due_at, run.params),
-            schedule_workflow_id=workflow.info().workflow_id,
-            settings=self._settings,
-            settle_by_signal=settle_by_signal,
+        run_object = ScheduledRunObject.of(
+            self._object_id, run.scheduled_time, run.due_at, run.params
         )
-        try:
-            handle = await workflow.start_child_workflow(
-                ScheduledRunWorkflow.run,
-                run_input,
-                id=run_workflow_id(self._object_id, run.scheduled_time),
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                static_summary=f"run {status.iso(run.scheduled_time)} of {self._object_id}",
+        handle = await start_run(
+            ScheduledRunInput(
+                run=run_object,
+                schedule_workflow_id=workflow.info().workflow_id,
+                settings=self._settings,
+                settle_by_signal=settle_by_signal,
             )
-        except WorkflowAlreadyStartedError:
-            # At most once (S6): this run already exists (e.g. after a reset); it reports.
-            workflow.logger.warning(
-                "run %s of %s already started; not starting it again",
-                run.scheduled_time,
-                self._object_id,
-            )
+        )
+        if handle is None:  # at most once (S6): this run already exists, and it reports
             self._core.forget(run.scheduled_time)
             self._dirty = True
             self._record_progress(refused=run.scheduled_time)
             return
-        watch = asyncio.create_task(self._watch_run(run.scheduled_time, handle))
+        watch = asyncio.create_task(self._watch_run(run_object, handle))
         self._watches[run.scheduled_time] = watch
         watch.add_done_callback(lambda _: self._watches.pop(run.scheduled_time, None))
 
     async def _watch_run(
-        self, scheduled_time: int, handle: workflow.ChildWorkflowHandle[Any, ScheduledRunResult]
+        self,
+        run: ScheduledRunObject,
+        handle: workflow.ChildWorkflowHandle[Any, ScheduledRunResult],
     ) -> None:
-        """The run's completion is its report: its end and its outcome's delivery."""
-        try:
-            result = await handle
-        except ChildWorkflowError as error:
-            # Terminated or failed from outside: it will never report. Free its slot.
-            workflow.logger.error(
-                "run %s of %s ended without reporting: %s", scheduled_time, self._object_id, error
-            )
-            outcome = errored(RUN_INTERRUPTED_ERROR, f"the run workflow ended: {error}")
-            result = ScheduledRunResult(outcome=outcome, delivered=False)
-        self._run_ended(scheduled_time, result.outcome, result.dead_letter_error)
+        """Wait for the run's report (`run.report_of`) and apply it."""
+        result = await report_of(handle, run)
+        self._run_ended(run.scheduled_time, result.outcome, result.dead_letter_error)
         # A run's end frees a slot and forgets the run: decision state. See workflows.barrier.
-        self._record_progress(acknowledged=scheduled_time)
+        self._record_progress(acknowledged=run.scheduled_time)
 
     def _run_ended(self, scheduled_time: int, *report: Any) -> None:
         key = idempotency_key(self._object_id, scheduled_time)
