@@ -4,7 +4,8 @@ then every message it accepts, sent at once to a worker that starts with an empt
 On ca63e95 (before `workflows.barrier`), `run_completion` x `trigger` failed its workflow
 tasks with BAD_CANCEL_TIMER_ATTRIBUTES and the update was refused. Since then the schedule
 wakes on a run's end only when a run is queued, and that pair passes with the barrier in
-`_watch_run` removed too (known gap: no case here needs that line).
+`_watch_run` removed too: with one slot the run frees it by `run_settled` first.
+`test_trigger_after_a_run_ends_by_completion_on_a_cold_worker` is the case that needs it.
 
 `redeliver` needs a dead letter: for it, one is made before the completion (`_dead_letter`),
 which is why each completion waits only for events that came after it began. A failed
@@ -413,4 +414,52 @@ async def test_redeliver_after_a_failed_redelivery_on_a_cold_worker(client: Clie
 
             await eventually(delivered_again, timeout=30)
             assert acts.delivered_keys.count(key) == 1, acts.delivered_keys
+    await assert_healthy_and_updated(client, handle)
+
+
+async def test_trigger_after_a_run_ends_by_completion_on_a_cold_worker(client: Client) -> None:
+    """A run that reports only by completing ends in a workflow task that frees its slot and
+    starts nothing; a cold worker must then accept a `trigger` that needs that slot.
+
+    This guards the barrier in `_watch_run` (`_record_progress` after `_run_ended`), which
+    the matrix does not need: there the schedule has one slot, so every run takes the last
+    free slot and frees it by `run_settled` before it completes. Here there are two slots and
+    no queue: run A starts first (not the last slot, so it reports only by completing), run B
+    takes the last slot and is still running when A completes. Without the barrier, the task
+    that applies A's completion sends no command, a cold worker folds it into the `trigger`
+    update's activation, and the validator, which runs first, still sees both slots taken:
+    refused with no room. With the barrier, the update gets an activation of its own.
+    """
+    suffix, task_queue, activity_queue = cold_names()
+    acts = ScheduleActivities()
+    async with activity_worker(client, activity_queue, acts.all()):
+        async with workflow_worker(client, task_queue):
+            handle = await client.start_workflow(
+                "DurabilitySchedule",
+                {
+                    "max_concurrent_runs": 2,
+                    "max_queued_runs": 0,
+                    "activity_task_queue": activity_queue,
+                },
+                id=f"schedule:cold-{suffix}",
+                task_queue=task_queue,
+            )
+            await handle.execute_update(
+                "set", {"expression": YEARLY, "version": 1, "params": {"sleep_ms": 1500}}
+            )
+            first: int = await handle.execute_update("trigger", {}, result_type=int)
+            await handle.execute_update(
+                "set", {"expression": YEARLY, "version": 2, "params": {"sleep_ms": 8000}}
+            )
+            await handle.execute_update("trigger", {})
+            await eventually(lambda: first in acts.delivered, timeout=30)
+            since = (await events_of(handle))[0].event_id
+            await wait_for_applied(handle, "CHILD_WORKFLOW_EXECUTION_COMPLETED", _after(since))
+            assert len(await handle.query("runs")) == 1, "run B still holds the last slot"
+        # The only workflow worker is gone; a new one starts with nothing cached and gets the
+        # update at once (no query before it).
+        async with workflow_worker(client, task_queue):
+            third: int = await handle.execute_update("trigger", {}, result_type=int)
+            await eventually(lambda: third in acts.delivered, timeout=30)
+            await eventually(lambda: _no_runs_left(handle), timeout=30)
     await assert_healthy_and_updated(client, handle)
