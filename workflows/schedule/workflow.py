@@ -4,7 +4,7 @@ The core decides (ticks, versions, slots, the queue, dead letters); this shell t
 decisions into a tick timer, a `ScheduledRun` child per run (`workflows.schedule.run`),
 search attributes (`publish.py`), and continue-as-new once the history is long and every
 run has ended (`drain.py`). A deployment brings its own `next_occurrence` by subclassing
-(docs/contract.md, "Expressions").
+(docs/contract.md, 2.6 "Expressions", has the example).
 """
 
 from __future__ import annotations
