@@ -25,7 +25,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from durability.registry import all_workflows, workflow_runner
-from tests.helpers import eventually, production_replayer
+from tests.helpers import eventually, production_replayer, replay_each
+
+REPLAY_S = 30
 
 
 def cold_names() -> tuple[str, str, str]:
@@ -92,10 +94,7 @@ async def assert_healthy(client: Client, handle: WorkflowHandle[Any, Any]) -> No
     ]
     assert failed == [], failed
     history = await handle.fetch_history()
-    result = await production_replayer(all_workflows()).replay_workflow(
-        history, raise_on_replay_failure=False
-    )
-    assert result.replay_failure is None, result.replay_failure
+    await replay_each(production_replayer(all_workflows()), [history], REPLAY_S)
 
 
 async def assert_healthy_and_updated(client: Client, handle: WorkflowHandle[Any, Any]) -> None:

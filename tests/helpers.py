@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.exceptions import ApplicationError
@@ -230,6 +231,27 @@ def record_history(name: str, history: WorkflowHistory) -> None:
     if os.environ.get("DURABILITY_RECORD_HISTORIES") == "1":
         recorded = {"workflow_id": history.workflow_id, "history": json.loads(history.to_json())}
         (HISTORIES / f"{name}.json").write_text(json.dumps(recorded, indent=1))
+
+
+def has_completed_task(history: WorkflowHistory) -> bool:
+    """Whether a workflow task of this run completed. A run continued as new a moment ago may
+    have only its started event (its first task waits out the server's backoff): there is
+    nothing to replay, and the SDK's replayer waits on such a history forever."""
+    return any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in history.events)
+
+
+async def replay_each(
+    replayer: Replayer, histories: Sequence[WorkflowHistory], seconds: float
+) -> None:
+    """Replay every history that has a completed workflow task, each within `seconds`.
+
+    `asyncio.wait_for` cannot bound a replay: on cancel the replayer waits for its own worker,
+    which may never stop. So a replay over the bound fails the test and is left behind."""
+    for history in filter(has_completed_task, histories):
+        replay = asyncio.ensure_future(replayer.replay_workflow(history))
+        done, _ = await asyncio.wait([replay], timeout=seconds)
+        assert done, f"replaying run {history.run_id} took over {seconds}s"
+        replay.result()
 
 
 def production_replayer(workflows: Sequence[type]) -> Replayer:
