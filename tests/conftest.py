@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import sys
+import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from types import FrameType
 
 import pytest
 from temporalio.api.enums.v1 import IndexedValueType
@@ -16,6 +22,37 @@ from durability.devserver import test_server
 from durability.testing.server import free_port
 from tests.helpers import start_dev_server
 from workflows import search_attributes
+
+# pytest-timeout's report of a hung test shows only the event loop waiting; this many seconds
+# before it fires, every asyncio task's stack goes to stderr, which names the await that hung.
+TASK_DUMP_LEAD_S = 10
+
+
+def _dump_asyncio_tasks(_signum: int, _frame: FrameType | None) -> None:
+    loop = asyncio._get_running_loop()
+    if loop is None:
+        return
+    print("\n===== asyncio tasks of the hung test =====", file=sys.stderr)
+    for task in asyncio.all_tasks(loop):
+        task.print_stack(file=sys.stderr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    timeout = float(item.config.getini("timeout") or 0)
+    if timeout <= TASK_DUMP_LEAD_S:
+        yield
+        return
+    signal.signal(signal.SIGUSR1, _dump_asyncio_tasks)
+    timer = threading.Timer(
+        timeout - TASK_DUMP_LEAD_S, lambda: os.kill(os.getpid(), signal.SIGUSR1)
+    )
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 @pytest.fixture(scope="session")
