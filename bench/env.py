@@ -39,8 +39,9 @@ def load_product(ledger_url: str) -> Product:
     """The product's workflows and built-in activities; the ledger's HTTP ones at `ledger_url`."""
     product = Product()
     try:
-        module = importlib.import_module("workflows.schedule.workflow")
-        product.workflows += [module.DurabilityScheduleWorkflow, module.ScheduledRunWorkflow]
+        shell = importlib.import_module("workflows.schedule.workflow")
+        run = importlib.import_module("workflows.schedule.run")
+        product.workflows += [shell.DurabilityScheduleWorkflow, run.ScheduledRunWorkflow]
         product.schedule = True
     except Exception as error:  # not written yet, or broken: bench the rest
         product.notes.append(f"schedule workflows unavailable: {type(error).__name__}: {error}")
