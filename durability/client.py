@@ -246,7 +246,7 @@ def _aborted_unapplied(error: RPCError) -> bool:
 async def _send_update(send: Callable[[], Awaitable[Any]]) -> Any:
     """Send an update, again (up to UPDATE_ATTEMPTS times) while Temporal aborts it unapplied.
 
-    The workflows avoid closing a run in a task that delivered an update (workflows.closing),
+    The workflows avoid closing a run in a task that delivered an update (workflows.kernel),
     but under a steady stream of updates and signals they close anyway after a bound, and
     an update in that task can be aborted. It never took effect, so sending it again is safe.
     """

@@ -1,4 +1,4 @@
-"""Forcing the cold-worker hazard (see `workflows.barrier`) on the dev server.
+"""Forcing the cold-worker hazard (see `workflows.kernel`) on the dev server.
 
 A scenario drives a workflow until the workflow task that applies a given completion has
 completed, stops the only workflow worker, starts a new one (a new worker has an empty

@@ -1,10 +1,10 @@
 """DurabilitySchedule on a cold worker: every kind of completion that can end a workflow task,
 then every message it accepts, sent at once to a worker that starts with an empty cache.
 
-On ca63e95 (before `workflows.barrier`), `run_completion` x `trigger` failed its workflow
-tasks with BAD_CANCEL_TIMER_ATTRIBUTES and the update was refused. Since then the schedule
-wakes on a run's end only when a run is queued, and that pair passes with the barrier in
-`_watch_run` removed too: with one slot the run frees it by `run_settled` first.
+Without the progress barrier (`workflows.kernel`), `run_completion` x `trigger` can fail
+its workflow tasks with BAD_CANCEL_TIMER_ATTRIBUTES and get the update refused. The schedule
+wakes on a run's end only when a run is queued, and with one slot the run frees it by
+`run_settled` first, so that pair passes even with the barrier in `_watch_run` removed:
 `test_trigger_after_a_run_ends_by_completion_on_a_cold_worker` is the case that needs it.
 
 `redeliver` needs a dead letter: for it, one is made before the completion (`_dead_letter`),

@@ -1,4 +1,4 @@
-"""Updates sent while a workflow continues as new are never aborted (`workflows.closing`).
+"""Updates sent while a workflow continues as new are never aborted (`workflows.kernel`).
 
 Temporal fails a workflow task that continues as new while a new event arrived (a signal,
 a child's end) and aborts every update that task delivered with a non-retryable
@@ -31,7 +31,7 @@ from tests.helpers import eventually, production_replayer, record_history, repla
 from tests.test_ledger_support import intent, operations
 from tests.test_ledger_workflow import live_ledger, settled
 from tests.test_schedule_workflow import Recorder, live_schedule, runs_of
-from workflows.closing import CLOSE_WITHOUT_UPDATE_PATCH
+from workflows.kernel import CLOSE_WITHOUT_UPDATE_PATCH
 from workflows.ledger.request import FrozenRequestWorkflow
 from workflows.ledger.workflow import OperationLedgerWorkflow
 from workflows.schedule.run import ScheduledRunWorkflow

@@ -779,6 +779,17 @@ def skip(state: LedgerState, op_id: str, reason: str) -> None:
     record.blockers = []
 
 
+def stop(state: LedgerState) -> None:
+    """Stop dispatching for good: nothing is launched from now on."""
+    state.stopped = True
+
+
+def count_dropped_signal(state: LedgerState) -> int:
+    """A signal could not be applied and was dropped; returns the count so far."""
+    state.dropped_signals += 1
+    return state.dropped_signals
+
+
 def hold(state: LedgerState, token: str) -> None:
     """L12: no new launch until every token is released."""
     state.holds.append(token)

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from workflows import SANDBOXED
+    from workflows.kernel import now_ms
     from workflows.ledger import (
         FROZEN_REQUEST_WORKFLOW,
         core,
@@ -41,11 +42,6 @@ REQUEST_ATTEMPTS_PER_RUN = 200
 # How many times (a second apart) the ledger tries to start a request whose workflow ID is
 # still taken by the request's previous run (before `resume`).
 CHILD_START_TRIES = 60
-
-
-def now_ms() -> int:
-    """The workflow's clock in epoch ms (what the core takes as `now_ms`)."""
-    return int(workflow.now().timestamp() * 1000)
 
 
 def failure_message(error: BaseException) -> str:

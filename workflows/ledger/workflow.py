@@ -7,7 +7,7 @@ plans into compiles (`compile.py`) and `FrozenRequest` children (`request.py`).
   state before the child, which alone sends anything, starts (L6).
 - Each child reports by signal (`request_progress`, `request_finished`); the run that started
   it also awaits its completion, to notice a child that ended without reporting.
-- A task that applies a state-changing completion always sends a command (`workflows.barrier`).
+- A task that applies a state-changing completion always sends a command (`workflows.kernel`).
 - Signals and updates share names (`enqueue`, `release`, `resume`, `skip`); a bad signal is
   logged, counted (`dropped_signals` in the snapshot) and dropped, never raised.
 """
@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue
@@ -30,8 +29,13 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from workflows import SANDBOXED
-    from workflows.barrier import record_progress
-    from workflows.closing import UpdateDeliveries
+    from workflows.kernel import (
+        NO_INPUT,
+        ShellKernel,
+        decode_start_input,
+        now_ms,
+        rejected_as,
+    )
     from workflows.ledger import LEDGER_WORKFLOW, core
     from workflows.ledger.compile import compile_operation
     from workflows.ledger.models import (
@@ -40,15 +44,8 @@ with workflow.unsafe.imports_passed_through():
         RequestReport,
         SkipInput,
     )
-    from workflows.ledger.request import (
-        FrozenRequestWorkflow,
-        cancel_request,
-        now_ms,
-        start_request,
-    )
-    from workflows.rejection import rejected_as
+    from workflows.ledger.request import FrozenRequestWorkflow, cancel_request, start_request
     from workflows.search_attributes import LEDGER_ID
-    from workflows.start_input import NO_INPUT, decode_start_input
 
 # Continue-as-new at this many events even if Temporal has not suggested it yet.
 SAFETY_CAP_EVENTS = 10_000
@@ -56,16 +53,6 @@ SAFETY_CAP_EVENTS = 10_000
 QUIET_BEFORE_CONTINUE = timedelta(seconds=1)
 
 __all__ = ["FrozenRequestWorkflow", "OperationLedgerWorkflow"]
-
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
-def _for_update(parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """`parse(*args)` for an update's validator or handler (or a query): a refusal becomes the
-    rejection, typed by the refusal's class (`LedgerInputError`, `LedgerStopped`)."""
-    with rejected_as(core.LedgerInputError):
-        return parse(*args, **kwargs)
 
 
 @workflow.defn(name=LEDGER_WORKFLOW, sandboxed=SANDBOXED)
@@ -87,9 +74,11 @@ class OperationLedgerWorkflow:
         self._compiles: dict[str, asyncio.Task[None]] = {}
         self._children: dict[str, asyncio.Task[None]] = {}
         self._starting: set[str] = set()
-        self._wake = True
+        self._kernel = ShellKernel(
+            core.LedgerInputError, lambda: core.count_dropped_signal(self._state)
+        )
+        self._kernel.wake()
         self._final: dict[str, Any] | None = None
-        self._deliveries = UpdateDeliveries()
 
     # ------------------------------------------------------------ main loop
 
@@ -105,25 +94,20 @@ class OperationLedgerWorkflow:
         workflow.upsert_search_attributes([LEDGER_ID.value_set(self._ledger_id)])
         while True:
             await workflow.wait_condition(
-                lambda: self._wake or self._final is not None or self._ready_to_continue()
+                lambda: self._kernel.woken or self._final is not None or self._ready_to_continue()
             )
             if self._final is not None:
                 break
-            if self._ready_to_continue():
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                if not self._quiet():
-                    await self._wait_quiet()
-                if self._final is None and self._ready_to_continue():
-                    if self._deliveries.closing_must_wait():
-                        await self._deliveries.next_task()
-                        continue
-                    core.compact(self._state, self._config)
-                    workflow.continue_as_new(
-                        core.next_run_input(self._state, self._config, self._ledger_id)
-                    )
-            self._wake = False
+            if self._ready_to_continue() and await self._kernel.close_when_safe(
+                self._settle_for_close
+            ):
+                core.compact(self._state, self._config)
+                workflow.continue_as_new(
+                    core.next_run_input(self._state, self._config, self._ledger_id)
+                )
+            self._kernel.clear_wake()
             self._pump()
-        # Unlike continue-as-new (workflows.closing), the ledger completes in `stop`'s own
+        # Unlike continue-as-new (workflows.kernel), the ledger completes in `stop`'s own
         # task: a caller reads it as completed once `stop` returns. A signal racing that task
         # can still get `stop` aborted unapplied; DurabilityClient sends it again.
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -153,11 +137,14 @@ class OperationLedgerWorkflow:
             return True
         return core.waiting_to_retry(self._state, self._children, now_ms())
 
-    async def _wait_quiet(self) -> None:
-        """Let in-flight attempts report before continuing as new (bounded: see `_quiet`)."""
-        with contextlib.suppress(TimeoutError):
-            await workflow.wait_condition(self._quiet, timeout=QUIET_BEFORE_CONTINUE)
-        await workflow.wait_condition(workflow.all_handlers_finished)
+    async def _settle_for_close(self) -> bool:
+        """The ledger's drain rule: let in-flight attempts report (bounded: see `_quiet`);
+        close only if nothing since has made continuing as new unsafe."""
+        if not self._quiet():
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(self._quiet, timeout=QUIET_BEFORE_CONTINUE)
+            await workflow.wait_condition(workflow.all_handlers_finished)
+        return self._final is None and self._ready_to_continue()
 
     def _pump(self) -> None:
         """Launch what the core plans: resumed requests first, then ready operations."""
@@ -181,7 +168,7 @@ class OperationLedgerWorkflow:
             compiled = await compile_operation(self._state, self._config, op_id, request_id)
         finally:
             self._compiles.pop(op_id, None)
-            self._wake = True
+            self._kernel.wake()
         verdict = "stale"
         if compiled is not None or op_id in self._state.compiling:
             verdict = core.freeze(self._state, self._config, op_id, request_id, compiled)
@@ -206,7 +193,7 @@ class OperationLedgerWorkflow:
         finally:
             if self._children.get(request_id) is me:
                 del self._children[request_id]
-            self._wake = True
+            self._kernel.wake()
         # A request's end (or its child's) changes what the ledger decides next.
         self._record_progress()
 
@@ -244,51 +231,36 @@ class OperationLedgerWorkflow:
         self._finished(report)
 
     def _record_progress(self) -> None:
-        """See `workflows.barrier`: this workflow task sends a command, the status memo."""
-        record_progress(core.phase_counts(self._state))
+        """The progress barrier (`workflows.kernel`): this workflow task sends a command."""
+        self._kernel.progress(core.phase_counts(self._state))
 
     # ------------------------------------------------------------ messages
-    # Every payload is parsed by its `core` function before anything is recorded. An update's
-    # validator turns a refusal into its rejection (`_for_update`); a signal of the same name
-    # is dropped instead (`_for_signal`). Both then apply it the same way.
-
-    def _for_signal(
-        self, name: str, parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs
-    ) -> T | None:
-        """`parse(*args)` for a signal; None when refused: the signal is dropped."""
-        try:
-            return parse(*args, **kwargs)
-        except core.LedgerInputError as error:
-            self._drop(name, error)
-            return None
-
-    def _drop(self, name: str, error: Exception) -> None:
-        self._state.dropped_signals += 1
-        workflow.logger.warning("dropped %s signal: %s", name, error)
+    # Every payload is parsed by its `core` function before anything is recorded, through the
+    # kernel: an update's refusal becomes its rejection; a signal of the same name is dropped
+    # (counted and logged) instead. Both then apply it the same way.
 
     # ------------------------------------------------------------ enqueue (L2)
 
     @workflow.update(name="enqueue")
     async def enqueue(self, raw: Any = None) -> EnqueueResult:
         """Record intents; returns accepted and duplicate IDs once recorded."""
-        self._deliveries.note()
-        return self._enqueue(_for_update(core.validate_enqueue, self._state, raw))
+        return self._enqueue(self._kernel.update(core.validate_enqueue, self._state, raw))
 
     @enqueue.validator
     def validate_enqueue(self, raw: Any = None) -> None:
         """Reject malformed intents, repeated IDs, cycles; nothing is recorded."""
-        _for_update(core.validate_enqueue, self._state, raw)
+        self._kernel.validate(core.validate_enqueue, self._state, raw)
 
     @workflow.signal(name="enqueue")
     def enqueue_signal(self, raw: Any = None) -> None:
         """`enqueue` as a signal."""
-        batch = self._for_signal("enqueue", core.validate_enqueue, self._state, raw)
+        batch = self._kernel.signal("enqueue", core.validate_enqueue, self._state, raw)
         if batch is not None:
             self._enqueue(batch)
 
     def _enqueue(self, batch: EnqueueInput) -> EnqueueResult:
         result = core.enqueue(self._state, batch, self._config)
-        self._wake = True
+        self._kernel.wake()
         return result
 
     # ------------------------------------------------------------ hold / release (L12)
@@ -296,37 +268,35 @@ class OperationLedgerWorkflow:
     @workflow.update(name="hold")
     async def hold(self, raw: Any = None) -> str:
         """Stop new launches until the returned token is released."""
-        self._deliveries.note()
         token = str(workflow.uuid4())
-        core.hold(self._state, token)
+        self._kernel.update(core.hold, self._state, token)
         return token
 
     @hold.validator
     def validate_hold(self, raw: Any = None) -> None:
         """A stopped ledger takes no holds."""
-        _for_update(core.check_running, self._state)
+        self._kernel.validate(core.check_running, self._state)
 
     @workflow.update(name="release")
     async def release(self, raw: Any = None) -> bool:
         """Release one hold token."""
-        self._deliveries.note()
-        return self._release(_for_update(core.parse_release, raw).token)
+        return self._release(self._kernel.update(core.parse_release, raw).token)
 
     @release.validator
     def validate_release(self, raw: Any = None) -> None:
         """The token must be one currently held."""
-        _for_update(core.validate_release, self._state, raw)
+        self._kernel.validate(core.validate_release, self._state, raw)
 
     @workflow.signal(name="release")
     def release_signal(self, raw: Any = None) -> None:
         """`release` as a signal; a token not held is dropped too."""
-        release = self._for_signal("release", core.parse_release, raw)
+        release = self._kernel.signal("release", core.parse_release, raw)
         if release is not None and not self._release(release.token):
-            self._drop("release", ValueError(f"token {release.token!r:.80} is not held"))
+            self._kernel.drop("release", ValueError(f"token {release.token!r:.80} is not held"))
 
     def _release(self, token: str) -> bool:
         released = core.release(self._state, token)
-        self._wake = True
+        self._kernel.wake()
         return released
 
     # ------------------------------------------------------------ resume (L13) / skip
@@ -334,56 +304,54 @@ class OperationLedgerWorkflow:
     @workflow.update(name="resume")
     async def resume(self, raw: Any = None) -> dict[str, list[str]]:
         """Retry blocked requests with their frozen body and re-examine every operation."""
-        self._deliveries.note()
-        return {"resumed": self._resume()}
+        return {"resumed": self._kernel.update(self._resume)}
 
     @resume.validator
     def validate_resume(self, raw: Any = None) -> None:
         """`{}` on a running ledger."""
-        _for_update(core.validate_empty, self._state, "resume", raw)
+        self._kernel.validate(core.validate_empty, self._state, "resume", raw)
 
     @workflow.signal(name="resume")
     def resume_signal(self, raw: Any = None) -> None:
         """`resume` as a signal."""
-        if self._for_signal("resume", core.validate_empty, self._state, "resume", raw) is not None:
+        parsed = self._kernel.signal("resume", core.validate_empty, self._state, "resume", raw)
+        if parsed is not None:
             self._resume()
 
     def _resume(self) -> list[str]:
         touched = core.resume(self._state, self._config)
-        self._wake = True
+        self._kernel.wake()
         return touched
 
     @workflow.update(name="skip")
     async def skip(self, raw: Any = None) -> bool:
         """Resolve a stuck operation as `skipped`; its dependents proceed (see core)."""
-        self._deliveries.note()
-        self._skip(_for_update(core.validate_skip, self._state, raw))
+        self._skip(self._kernel.update(core.validate_skip, self._state, raw))
         return True
 
     @skip.validator
     def validate_skip(self, raw: Any = None) -> None:
         """Known, unresolved, not in flight."""
-        _for_update(core.validate_skip, self._state, raw)
+        self._kernel.validate(core.validate_skip, self._state, raw)
 
     @workflow.signal(name="skip")
     def skip_signal(self, raw: Any = None) -> None:
         """`skip` as a signal."""
-        parsed = self._for_signal("skip", core.validate_skip, self._state, raw)
+        parsed = self._kernel.signal("skip", core.validate_skip, self._state, raw)
         if parsed is not None:
             self._skip(parsed)
 
     def _skip(self, parsed: SkipInput) -> None:
         core.skip(self._state, parsed.operation_id, parsed.reason)
         core.compact(self._state, self._config)
-        self._wake = True
+        self._kernel.wake()
 
     # ------------------------------------------------------------ stop
 
     @workflow.update(name="stop")
     async def stop(self, raw: Any = None) -> dict[str, Any]:
         """Stop dispatching, cancel what is in flight, complete with the final snapshot."""
-        self._deliveries.note()
-        self._state.stopped = True
+        self._kernel.update(core.stop, self._state)
         for task in list(self._compiles.values()):
             task.cancel()
         for task in list(self._children.values()):
@@ -400,23 +368,23 @@ class OperationLedgerWorkflow:
     @stop.validator
     def validate_stop(self, raw: Any = None) -> None:
         """`{}`, once."""
-        _for_update(core.validate_empty, self._state, "stop", raw)
+        self._kernel.validate(core.validate_empty, self._state, "stop", raw)
 
     # ------------------------------------------------------------ child reports
 
     @workflow.signal(name="request_progress")
     def request_progress(self, raw: Any = None) -> None:
         """A non-final attempt of a frozen request (attempt, retry_at, next action)."""
-        report = self._for_signal("request_progress", core.parse_report, raw)
+        report = self._kernel.signal("request_progress", core.parse_report, raw)
         if report is not None:
             core.record_progress(self._state, report)
 
     @workflow.signal(name="request_finished")
     def request_finished(self, raw: Any = None) -> None:
         """A frozen request resolved or blocked."""
-        report = self._for_signal("request_finished", core.parse_report, raw)
+        report = self._kernel.signal("request_finished", core.parse_report, raw)
         if report is not None and self._finished(report):
-            self._wake = True
+            self._kernel.wake()
 
     def _finished(self, report: RequestReport) -> bool:
         """A request's end, reported by its signal or its child's result (whichever is first)."""
@@ -431,7 +399,9 @@ class OperationLedgerWorkflow:
     def snapshot(self, raw: Any = None) -> dict[str, Any]:
         """One page of operations with their requests, counts per phase, claims, holds.
         Optional argument: `{"phase", "after", "limit"}` (see `core.SnapshotQuery`)."""
-        return core.snapshot(self._state, _for_update(core.parse_snapshot_query, raw))
+        with rejected_as(core.LedgerInputError):
+            query = core.parse_snapshot_query(raw)
+        return core.snapshot(self._state, query)
 
     @workflow.query(name="claims")
     def claims(self) -> dict[str, str]:

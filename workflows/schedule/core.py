@@ -558,6 +558,18 @@ class ScheduleCore:
             f"redeliver.idempotency_key has no dead letter, got {idempotency_key[:200]!r}"
         )
 
+    def begin_redelivery(self, idempotency_key: str) -> DeadLetter:
+        """Mark the dead letter as being redelivered and return it; InvalidRequest as
+        `redeliverable` when it cannot be."""
+        letter = self.redeliverable(idempotency_key)
+        letter.redelivering = True
+        return letter
+
+    def count_dropped_signal(self) -> int:
+        """A signal could not be applied and was dropped (S2); returns the count so far."""
+        self.state.dropped_signals += 1
+        return self.state.dropped_signals
+
     def redelivered(self, idempotency_key: str, error: RunError | None) -> None:
         """A redelivery ended: delivered (None) leaves the list; failed keeps it, with the
         new error, ready to be redelivered again."""

@@ -8,12 +8,12 @@ delivered too).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.kernel import ShellKernel
     from workflows.schedule.core import DeadLetter, ScheduleCore
     from workflows.schedule.models import ScheduledRunObject, ScheduleInput
     from workflows.schedule.run import deliver_outcome
@@ -23,22 +23,25 @@ RESUME_REDELIVERIES_PATCH = "resume-carried-redeliveries"
 
 
 class Redeliveries:
-    """The redeliveries this run of the schedule has going."""
+    """The redeliveries this run of the schedule has going: tasks of the kernel's group
+    `TASKS`."""
+
+    TASKS = "redelivery"
 
     def __init__(
         self,
         settings: ScheduleInput,
         core: ScheduleCore,
+        kernel: ShellKernel,
         redelivered: Callable[[DeadLetter], None],
     ) -> None:
         self._settings = settings
         self._core = core
+        self._kernel = kernel
         self._redelivered = redelivered
-        self.tasks: set[asyncio.Task[None]] = set()
 
     def start(self, letter: DeadLetter) -> None:
-        """Mark the letter as being redelivered and deliver it again."""
-        letter.redelivering = True
+        """Deliver again a letter the core marked as being redelivered."""
         self._spawn(letter)
 
     def resume_stranded(self) -> None:
@@ -50,9 +53,7 @@ class Redeliveries:
                 self._spawn(letter)
 
     def _spawn(self, letter: DeadLetter) -> None:
-        task = asyncio.create_task(self._redeliver(letter))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self._kernel.spawn(self.TASKS, self._redeliver(letter))
 
     async def _redeliver(self, letter: DeadLetter) -> None:
         run = ScheduledRunObject.of(

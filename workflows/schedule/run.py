@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from workflows import SANDBOXED
+    from workflows.kernel import now_ms
     from workflows.schedule.handover import REPORT_BY_SIGNAL
     from workflows.schedule.lifecycle import Lifecycle
     from workflows.schedule.models import (
@@ -59,11 +60,6 @@ with workflow.unsafe.imports_passed_through():
 
 # Time a cancelled run activity gets, beyond run_timeout_ms, to acknowledge cancellation.
 RUN_CANCEL_GRACE = timedelta(seconds=30)
-
-
-def now_ms() -> int:
-    """`workflow.now()` in epoch milliseconds."""
-    return int(workflow.now().timestamp() * 1000)
 
 
 @workflow.defn(name="ScheduledRun", sandboxed=SANDBOXED)

@@ -10,7 +10,6 @@ run has ended (`drain.py`). A deployment brings its own `next_occurrence` by sub
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -20,13 +19,10 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from workflows import SANDBOXED
-    from workflows.barrier import record_progress
-    from workflows.closing import UpdateDeliveries
-    from workflows.rejection import rejected_as
+    from workflows.kernel import NO_INPUT, ShellKernel, decode_start_input, now_ms
     from workflows.schedule import cron, status
     from workflows.schedule.core import (
         DeadLetter,
-        InvalidRequest,
         Run,
         ScheduleCore,
         ScheduleState,
@@ -55,8 +51,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.schedule.publish import Published
     from workflows.schedule.redelivery import Redeliveries
-    from workflows.schedule.run import now_ms, report_of, start_run
-    from workflows.start_input import NO_INPUT, decode_start_input
+    from workflows.schedule.run import report_of, start_run
+
+# The kernel's task group of child starts (`_start_run`).
+STARTS = "start"
 
 
 @workflow.defn(name="DurabilitySchedule", sandboxed=SANDBOXED)
@@ -79,16 +77,16 @@ class DurabilityScheduleWorkflow:
             self._settings.overlap,
             self._settings.max_dead_letters,
         )
+        # A bad signal payload raises InvalidRequest, a bad next_occurrence ValueError (S7).
+        self._kernel = ShellKernel(ValueError, self._core.count_dropped_signal)
         self._lifecycle = Lifecycle(self._settings)
-        self._redeliveries = Redeliveries(self._settings, self._core, self._redelivered)
-        # Tasks of this run of the workflow: child starts, and the watch on each started
-        # run's completion (its report).
-        self._starts: set[asyncio.Task[None]] = set()
+        self._redeliveries = Redeliveries(
+            self._settings, self._core, self._kernel, self._redelivered
+        )
+        # The watch on each started run's completion (its report), by scheduled_time.
         self._watches: dict[int, asyncio.Task[None]] = {}
         self._drain = Drain(self._settings.continue_as_new_after_events)
-        self._dirty = False
         self._published = Published(self._object_id)
-        self._deliveries = UpdateDeliveries()
         # Runs told to report by signal (handover.py): each is told once.
         self._handed_over: set[int] = set()
 
@@ -106,7 +104,7 @@ class DurabilityScheduleWorkflow:
         self._redeliveries.resume_stranded()
         timer_fired = False
         while True:
-            self._dirty = False
+            self._kernel.clear_wake()
             started = self._step(now_ms())
             self._drain.begin_if_due()
             if self._drain.going and self._drain_over():
@@ -114,7 +112,7 @@ class DurabilityScheduleWorkflow:
             wake_at = self._core.next_wake_at()
             if timer_fired and not started and wake_at is None:
                 # The tick's timer fired and this task starts nothing and sets no new timer,
-                # yet the tick may have queued a run: see workflows.barrier.
+                # yet the tick may have queued a run: see workflows.kernel.
                 self._record_progress()
             timer_fired = False
             try:
@@ -127,29 +125,23 @@ class DurabilityScheduleWorkflow:
                 )
             except TimeoutError:
                 timer_fired = True
-        while True:
-            await workflow.wait_condition(
-                lambda: (
-                    not self._starts
-                    and not self._lifecycle.tasks
-                    and workflow.all_handlers_finished()
-                )
-            )
-            alive = {t: w for t, w in self._watches.items() if t not in self._handed_over}
-            if alive:
-                # Runs still alive after the drain's allowance report by signal from now on.
-                self._handed_over.update(alive)
-                await hand_over(
-                    [(run_workflow_id(self._object_id, t), w) for t, w in alive.items()]
-                )
-                await workflow.wait_condition(workflow.all_handlers_finished)
-            if not self._deliveries.closing_must_wait():
-                break
-            await self._deliveries.next_task()
+        await self._kernel.close_when_safe(
+            self._hand_over_alive,
+            ready=lambda: not self._kernel.busy(STARTS) and not self._lifecycle.tasks,
+        )
         carried = ScheduleWorkflowInput.model_validate(
             {**self._settings.model_dump(), "carried": self._core.state}
         )
         workflow.continue_as_new(carried.model_dump(mode="json"))
+
+    async def _hand_over_alive(self) -> bool:
+        """Runs still alive after the drain's allowance report by signal from now on."""
+        alive = {t: w for t, w in self._watches.items() if t not in self._handed_over}
+        if alive:
+            self._handed_over.update(alive)
+            await hand_over([(run_workflow_id(self._object_id, t), w) for t, w in alive.items()])
+            await workflow.wait_condition(workflow.all_handlers_finished)
+        return True
 
     def _step(self, now: int) -> bool:
         """Tick if due and start what the free slots allow (none while draining); returns
@@ -164,23 +156,20 @@ class DurabilityScheduleWorkflow:
         elif due is not None:
             self._emit(due.scheduled_time, "due", now, queued=due not in startable)
         for run, last_slot in zip(startable, self._core.takes_last_slot(startable), strict=True):
-            start = asyncio.create_task(self._start_run(run, settle_by_signal=last_slot))
-            self._starts.add(start)
-            start.add_done_callback(self._starts.discard)
+            self._kernel.spawn(STARTS, self._start_run(run, settle_by_signal=last_slot))
         self._published.publish(self._core.state, self._core.next_wake_at())
         return bool(startable)
 
     def _woken(self) -> bool:
         if self._drain.going:
-            return self._dirty or self._drain_over()
-        return self._dirty or self._drain.history_long()
+            return self._kernel.woken or self._drain_over()
+        return self._kernel.woken or self._drain.history_long()
 
     def _drain_over(self) -> bool:
         """Every run's child has ended and nothing of this run of the workflow is pending (a
         continue-as-new now races no event), or the drain's allowance of events is spent."""
         return self._drain.over(
-            not self._starts
-            and not self._redeliveries.tasks
+            not self._kernel.busy(STARTS, Redeliveries.TASKS)
             and not self._lifecycle.tasks
             and self._core.queued_count() == len(self._core.state.runs)
         )
@@ -203,7 +192,7 @@ class DurabilityScheduleWorkflow:
         )
         if handle is None:  # at most once (S6): this run already exists, and it reports
             self._core.forget(run.scheduled_time)
-            self._dirty = True
+            self._kernel.wake()
             self._record_progress(refused=run.scheduled_time)
             return
         watch = asyncio.create_task(self._watch_run(run_object, handle))
@@ -218,79 +207,61 @@ class DurabilityScheduleWorkflow:
         """Wait for the run's report (`run.report_of`) and apply it."""
         result = await report_of(handle, run)
         self._run_ended(run.scheduled_time, result.outcome, result.dead_letter_error)
-        # A run's end frees a slot and forgets the run: decision state. See workflows.barrier.
+        # A run's end frees a slot and forgets the run: decision state. See workflows.kernel.
         self._record_progress(acknowledged=run.scheduled_time)
 
     def _run_ended(self, scheduled_time: int, *report: Any) -> None:
         key = idempotency_key(self._object_id, scheduled_time)
         if self._core.run_ended(scheduled_time, key, *report):
-            self._dirty = True  # a queued run can take the freed slot
+            self._kernel.wake()  # a queued run can take the freed slot
 
     def _record_progress(self, **extra: int) -> None:
         running, queued = self._core.running_count(), self._core.queued_count()
-        record_progress({"running": running, "queued": queued, **extra})
+        self._kernel.progress({"running": running, "queued": queued, **extra})
 
-    # --- messages: handlers parse and hand to the core ---
+    # --- messages: each handler routes its payload to the core through the kernel ---
 
     def _apply_set(self, raw: Any) -> bool:
         now = now_ms()
         request = parse_set(raw, self.next_occurrence, now)
         applied = self._core.set(request, now, lambda max_ms: workflow.random().randint(0, max_ms))
-        self._dirty = True
+        self._kernel.wake()
         return applied
 
     def _apply_cancel(self, raw: Any) -> bool:
         live = self._core.cancel(parse_cancel(raw))
-        self._dirty = True
+        self._kernel.wake()
         return live
-
-    def _apply_or_drop(self, name: str, apply: Callable[[Any], object], raw: Any) -> None:
-        """A signal's payload: applied, or (malformed) logged, counted and dropped (S2)."""
-        try:
-            apply(raw)
-        except ValueError as error:  # InvalidRequest, or a bad next_occurrence (S7)
-            self._core.state.dropped_signals += 1
-            workflow.logger.warning(
-                "dropped bad %s signal (%d dropped so far): %s; payload %r",
-                name,
-                self._core.state.dropped_signals,
-                error,
-                raw,
-            )
 
     @workflow.signal(name="set")
     def set_signal(self, raw: Any = None) -> None:
         """`set` as a signal: a bad payload is logged, counted and dropped (S2)."""
-        self._apply_or_drop("set", self._apply_set, raw)
+        self._kernel.signal("set", self._apply_set, raw)
 
     @workflow.update(name="set")
     def set_update(self, raw: Any = None) -> bool:
         """`set` as an update: returns whether the version was stored (S3)."""
-        self._deliveries.note()
-        return self._apply_set(raw)
+        return self._kernel.update(self._apply_set, raw)
 
     @set_update.validator
     def validate_set(self, raw: Any = None) -> None:
         """Reject a malformed `set` before anything is recorded."""
-        with rejected_as(ValueError):  # InvalidRequest, or a bad next_occurrence (S7)
-            parse_set(raw, self.next_occurrence, now_ms())
+        self._kernel.validate(parse_set, raw, self.next_occurrence, now_ms())
 
     @workflow.signal(name="cancel")
     def cancel_signal(self, raw: Any = None) -> None:
         """`cancel` as a signal: a bad payload is logged, counted and dropped."""
-        self._apply_or_drop("cancel", self._apply_cancel, raw)
+        self._kernel.signal("cancel", self._apply_cancel, raw)
 
     @workflow.update(name="cancel")
     def cancel_update(self, raw: Any = None) -> bool:
         """`cancel` as an update: returns whether a schedule was live (S5)."""
-        self._deliveries.note()
-        return self._apply_cancel(raw)
+        return self._kernel.update(self._apply_cancel, raw)
 
     @cancel_update.validator
     def validate_cancel(self, raw: Any = None) -> None:
         """Reject a malformed `cancel` before anything is recorded."""
-        with rejected_as(InvalidRequest):
-            parse_cancel(raw)
+        self._kernel.validate(parse_cancel, raw)
 
     @workflow.signal(name=RUN_SETTLED_SIGNAL)
     def run_settled(self, settled: RunSettled) -> None:
@@ -298,7 +269,7 @@ class DurabilityScheduleWorkflow:
         # Wake the loop only when a queued run can take the freed slot: every wake-up
         # cancels and restarts the tick timer (two more history events).
         if self._core.settle(settled.scheduled_time, settled.outcome) and self._core.queued_count():
-            self._dirty = True
+            self._kernel.wake()
 
     @workflow.signal(name=RUN_ACKNOWLEDGED_SIGNAL)
     def run_acknowledged(self, acknowledged: RunAcknowledged) -> None:
@@ -312,73 +283,69 @@ class DurabilityScheduleWorkflow:
     @workflow.update(name="pause")
     def pause(self, raw: Any = None) -> bool:
         """Stop ticks (runs already recorded go on); returns whether it was running."""
-        self._deliveries.note()
-        self._dirty = True
-        return self._core.pause()
+        self._kernel.wake()
+        return self._kernel.update(self._core.pause)
 
     @workflow.update(name="unpause")
     def unpause(self, raw: Any = None) -> bool:
         """Tick again from now; ticks missed while paused are skipped. Returns whether paused."""
-        self._deliveries.note()
-        self._dirty = True
-        return self._core.unpause(now_ms())
+        self._kernel.wake()
+        return self._kernel.update(self._core.unpause, now_ms())
 
     @workflow.update(name="trigger")
     def trigger(self, raw: Any = None) -> int:
         """Record a run now, outside the expression; returns its scheduled_time."""
-        self._deliveries.note()
         now = now_ms()
-        run = self._core.trigger(now)
+        run = self._kernel.update(self._core.trigger, now)
         self._emit_recorded([run], now)
         return run.scheduled_time
 
     @trigger.validator
     def validate_trigger(self, raw: Any = None) -> None:
         """Reject a trigger with no live schedule, or no room for its run."""
-        with rejected_as(InvalidRequest):
-            self._core.check_live("trigger")
-            self._core.check_room(1, "trigger")
+        self._kernel.validate(self._core.check_live, "trigger")
+        self._kernel.validate(self._core.check_room, 1, "trigger")
 
     @workflow.update(name="backfill")
     def backfill(self, raw: Any = None) -> list[int]:
         """Record runs for the occurrences in a past range; returns their scheduled times."""
-        self._deliveries.note()
         now = now_ms()
-        runs = self._core.backfill(*parse_backfill(raw, now))
+        runs = self._kernel.update(lambda: self._core.backfill(*parse_backfill(raw, now)))
         self._emit_recorded(runs, now)
         return [run.scheduled_time for run in runs]
 
     @backfill.validator
     def validate_backfill(self, raw: Any = None) -> None:
         """Reject a malformed, future or too large range before anything is recorded."""
-        with rejected_as(InvalidRequest):
-            start_at, end_at = parse_backfill(raw, now_ms())
-            unrecorded = self._core.unrecorded_backfill_times(start_at, end_at)
-            self._core.check_room(len(unrecorded), "backfill")
+        self._kernel.validate(self._check_backfill, raw)
+
+    def _check_backfill(self, raw: Any) -> None:
+        start_at, end_at = parse_backfill(raw, now_ms())
+        unrecorded = self._core.unrecorded_backfill_times(start_at, end_at)
+        self._core.check_room(len(unrecorded), "backfill")
 
     def _emit_recorded(self, runs: list[Run], now: int) -> None:
         queued = self._core.running_count() >= self._core.max_concurrent_runs
         for run in runs:
             self._emit(run.scheduled_time, "due", now, queued=queued)
-        self._dirty = True
+        self._kernel.wake()
 
     @workflow.update(name="redeliver")
     def redeliver(self, raw: Any = None) -> bool:
         """Deliver a dead-lettered outcome again, as it was, under the same retry policy;
         returns at once (true); the letter leaves `dead_letters` once delivered."""
-        self._deliveries.note()
-        self._redeliveries.start(self._core.redeliverable(parse_redeliver(raw)))
+        letter = self._kernel.update(lambda: self._core.begin_redelivery(parse_redeliver(raw)))
+        self._redeliveries.start(letter)
         return True
 
     @redeliver.validator
     def validate_redeliver(self, raw: Any = None) -> None:
         """Reject a key with no dead letter, or one being redelivered."""
-        with rejected_as(InvalidRequest):
-            self._core.redeliverable(parse_redeliver(raw))
+        self._kernel.validate(lambda: self._core.redeliverable(parse_redeliver(raw)))
 
     def _redelivered(self, letter: DeadLetter) -> None:
         # The letter left the list (or may be redelivered again): a `redeliver` validator
-        # decides on it, so this completion's task sends a command. See workflows.barrier.
+        # decides on it, so this completion's task sends a command. See workflows.kernel.
         self._record_progress(redelivered=letter.scheduled_time)
 
     # --- queries ---

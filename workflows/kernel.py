@@ -1,0 +1,244 @@
+"""The Temporal mechanics both workflow shells share, used by composition.
+
+`DurabilitySchedule` and `OperationLedger` are each a pure core (which decides) inside a thin
+shell (which carries out the core's effects). Everything a shell does that is about Temporal
+rather than about its capability lives here, in one `ShellKernel` each shell holds:
+
+- **Start input**: taken undecoded (`RawValue`, default `NO_INPUT`) and decoded by
+  `decode_start_input`. Decoded by the SDK, an input the converter cannot read would fail
+  every workflow task, forever; decoded here, the workflow fails once, naming the problem.
+- **Message intake**: an update is parsed by its validator (`validate`) and again by its
+  handler (`update`), and a refusal of the shell's refusal type becomes the update's
+  rejection: not retryable, typed by the refusal's class, its message naming the field and
+  the value (`rejected_as`). A signal of the same name is parsed and applied, or dropped
+  (`signal`): counted through the core, logged, never raised (a signal handler that raises
+  fails the workflow task, and Temporal retries that task forever).
+- **One wake flag** (`wake`, `woken`, `clear_wake`): set by anything that changes what the
+  main loop would decide.
+- **Background tasks** (`spawn`): every task a shell starts is in one set, keyed by what it
+  is for, and leaves it when it ends.
+- **The progress barrier** (`progress`): the command a workflow task sends when it applied a
+  completion that changes a later decision (below).
+- **Close when safe** (`close_when_safe`): wait for every handler, let the capability settle
+  what it has going (its own drain rule), and close only in a workflow task that delivered
+  no update (below).
+- **Time**: `now_ms`, the workflow's clock in epoch milliseconds.
+
+## Upstream workarounds
+
+Each works around a Temporal or SDK behaviour; each says what it guards and when to delete it.
+
+- **Cold-worker activation merge** (temporalio/sdk-python#1591, temporalio/sdk-rust#1146):
+  when a workflow task applied a completion and sent no command, and the next task carries an
+  update, a worker without the workflow cached folds both tasks into one activation and runs
+  the update's handler *before* the completion; replay applies the completion first. A
+  decision the completion changes is then taken on different state: other commands, a failed
+  task. Guard: `progress` sends a status memo upsert (no billed action, one event) so such a
+  task always has a command, and core folds two tasks only when the first sent none.
+  Delete when the pinned SDK applies resolutions before updates in a merged activation and
+  the cold-worker tests pass with `progress` a no-op.
+- **Updates aborted by a refused close** (temporalio/temporal#7296): a workflow task that
+  closes the run (continue-as-new) is refused with `UnhandledCommand` when an event arrived
+  while it ran, and every update *delivered in that task* is aborted as `WorkflowNotReady`
+  although it never took effect. Guard: `close_when_safe` closes only in a task that
+  delivered no update (`UpdateDeliveries`, behind the `close-in-a-task-without-updates`
+  patch), and `durability.client` sends an update again when it is aborted that way. Delete
+  when the server retries such updates on the next run instead of aborting them.
+- **Updates left unanswered across continue-as-new** (temporalio/temporal#6375): an update
+  completed in the task that continues as new can stay unanswered. Guard: `durability.client`
+  and the CLI bound every update call (`UnansweredError`). Delete with the upstream fix.
+- **Concurrent local activities regrouped on replay** (temporalio/sdk-python#1578, #1881):
+  they resolve in completion order live but may be grouped otherwise on replay. Guard: the
+  ledger runs one local compile at a time (`OperationLedgerWorkflow._pump`). Delete when
+  replay keeps their resolution order.
+- **A sandbox-wrapped `ZoneInfo`**: `ZoneInfo`'s shared cache can hand back an instance the
+  workflow sandbox wrapped, which `datetime` then rejects. Guard: `workflows.schedule.cron`
+  keeps its own cache of private instances. Delete when the sandbox passes `zoneinfo` through.
+- **Interpreter finalization abort** (temporalio/sdk-python#300): the SDK's Rust threads can
+  call into Python while it finalizes. Guard: `worker.py` leaves with `os._exit` after its
+  drain. Delete with the upstream fix.
+- **The Replayer waits forever on a run with no completed workflow task**: guard in the tests
+  (`replay_each` skips such runs and bounds each replay). Delete when `Replayer` returns for
+  a history holding only `WorkflowExecutionStarted`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, ParamSpec, TypeVar
+
+from temporalio import workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+# The default of a workflow's `input` parameter when it is started without one (`null`).
+NO_INPUT = RawValue(Payload(metadata={"encoding": b"binary/null"}))
+# The memo key under which each workflow publishes its status (the progress barrier).
+STATUS_MEMO_KEY = "durability_status"
+# Recorded (as a patch marker) the first time a run waits to close: earlier histories close
+# at once.
+CLOSE_WITHOUT_UPDATE_PATCH = "close-in-a-task-without-updates"
+# The timer that asks Temporal for the next workflow task.
+NEXT_TASK_DELAY = timedelta(milliseconds=1)
+# Under a steady stream of updates every task may deliver one: a run closes anyway after
+# this many waits.
+MAX_CLOSE_WAITS = 20
+
+
+def now_ms() -> int:
+    """`workflow.now()` in epoch milliseconds (what the cores take as `now`)."""
+    return int(workflow.now().timestamp() * 1000)
+
+
+def decode_start_input(input: Any) -> Any:
+    """The start input as JSON values (an input already decoded is returned as it is: a
+    subclass's `run` may declare `Any`); ValueError naming the problem when unreadable."""
+    if not isinstance(input, RawValue):
+        return input
+    try:
+        return workflow.payload_converter().from_payload(input.payload)
+    except Exception as error:  # the converter raises whatever its decoder raises
+        raise ValueError(f"the input cannot be decoded: {error}") from None
+
+
+@contextmanager
+def rejected_as(*refusals: type[Exception]) -> Iterator[None]:
+    """A refusal of one of these kinds becomes an update's rejection: not retryable (the same
+    payload is refused again), typed by the refusal's class, with its message."""
+    try:
+        yield
+    except refusals as error:
+        raise ApplicationError(str(error), type=type(error).__name__, non_retryable=True) from None
+
+
+def record_progress(status: Mapping[str, Any]) -> None:
+    """Send the status memo as this workflow task's command (the progress barrier)."""
+    workflow.upsert_memo({STATUS_MEMO_KEY: dict(status)})
+
+
+class UpdateDeliveries:
+    """Which workflow task last delivered an update to this run (see "Updates aborted by a
+    refused close" above). Whether a task delivered an update is read from the history
+    length every update handler notes, which a task's updates share under any grouping."""
+
+    def __init__(self) -> None:
+        self._last_task: int | None = None
+        self._waits = 0
+
+    def note(self) -> None:
+        """Called by `ShellKernel.update`, first in every update handler."""
+        self._last_task = workflow.info().get_current_history_length()
+
+    def in_this_task(self) -> bool:
+        """Whether the current workflow task delivered an update."""
+        return self._last_task == workflow.info().get_current_history_length()
+
+    def closing_must_wait(self) -> bool:
+        """Whether to wait for another task before closing the run."""
+        if self._waits >= MAX_CLOSE_WAITS or not self.in_this_task():
+            return False
+        if not workflow.patched(CLOSE_WITHOUT_UPDATE_PATCH):
+            return False
+        self._waits += 1
+        return True
+
+
+class ShellKernel:
+    """The Temporal half one workflow shell shares with the other (see the module).
+
+    `refusal` is the capability's refusal type (its update rejections); `count_drop` is the
+    core transition that counts a dropped signal and returns the count so far.
+    """
+
+    def __init__(self, refusal: type[Exception], count_drop: Callable[[], int]) -> None:
+        self._refusal = refusal
+        self._count_drop = count_drop
+        self._deliveries = UpdateDeliveries()
+        self._tasks: dict[str, set[asyncio.Task[Any]]] = {}
+        self.woken = False
+
+    # --- message intake
+
+    def validate(self, parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> None:
+        """In an update's validator: `parse(*args)`, its refusal the update's rejection."""
+        with rejected_as(self._refusal):
+            parse(*args, **kwargs)
+
+    def update(self, parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """First in an update's handler: note the delivery, then `parse(*args)` (or apply:
+        any call whose refusal is the update's rejection)."""
+        self._deliveries.note()
+        with rejected_as(self._refusal):
+            return parse(*args, **kwargs)
+
+    def signal(
+        self, name: str, parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+    ) -> T | None:
+        """In a signal's handler: `parse(*args)`, or None when refused: the signal is dropped
+        (counted and logged)."""
+        try:
+            return parse(*args, **kwargs)
+        except self._refusal as error:
+            self.drop(name, error)
+            return None
+
+    def drop(self, name: str, error: Exception) -> None:
+        """Count and log a signal that cannot be applied."""
+        dropped = self._count_drop()
+        workflow.logger.warning("dropped %s signal (%d dropped so far): %s", name, dropped, error)
+
+    # --- the wake flag
+
+    def wake(self) -> None:
+        """Something changed what the main loop would decide."""
+        self.woken = True
+
+    def clear_wake(self) -> None:
+        """The main loop is about to decide on the current state."""
+        self.woken = False
+
+    # --- background tasks
+
+    def spawn(self, group: str, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run `coroutine` as a task of `group`; it leaves the group when it ends."""
+        task = asyncio.create_task(coroutine)
+        members = self._tasks.setdefault(group, set())
+        members.add(task)
+        task.add_done_callback(members.discard)
+        return task
+
+    def busy(self, *groups: str) -> bool:
+        """Whether a task of any of these groups is still going."""
+        return any(self._tasks.get(group) for group in groups)
+
+    # --- the progress barrier
+
+    def progress(self, status: Mapping[str, Any]) -> None:
+        """Call in the activation that applied a completion which changes a later decision:
+        this workflow task then sends a command (see "Cold-worker activation merge")."""
+        record_progress(status)
+
+    # --- closing
+
+    async def close_when_safe(
+        self,
+        settle: Callable[[], Coroutine[Any, Any, bool]],
+        ready: Callable[[], bool] = lambda: True,
+    ) -> bool:
+        """Wait until the run may close: `ready()` and every handler finished, then
+        `settle()` (the capability's drain rule; False gives the close up), in a workflow
+        task that delivered no update. Returns whether to close now."""
+        while True:
+            await workflow.wait_condition(lambda: ready() and workflow.all_handlers_finished())
+            if not await settle():
+                return False
+            if not self._deliveries.closing_must_wait():
+                return True
+            await workflow.sleep(NEXT_TASK_DELAY, summary="close in a task without updates")
