@@ -6,7 +6,8 @@ rather than about its capability lives here, in one `ShellKernel` each shell hol
 
 - **Start input**: taken undecoded (`RawValue`, default `NO_INPUT`) and decoded by
   `decode_start_input`. Decoded by the SDK, an input the converter cannot read would fail
-  every workflow task, forever; decoded here, the workflow fails once, naming the problem.
+  every workflow task, forever; decoded here, the workflow fails once, naming the problem
+  (`check_start`).
 - **Message intake**: an update is parsed by its validator (`validate`) and again by its
   handler (`update`), and a refusal of the shell's refusal type becomes the update's
   rejection: not retryable, typed by the refusal's class, its message naming the field and
@@ -19,7 +20,8 @@ rather than about its capability lives here, in one `ShellKernel` each shell hol
   is for, and leaves it when it ends.
 - **The progress barrier** (`progress`): the command a workflow task sends when it applied a
   completion that changes a later decision (below).
-- **Close when safe** (`close_when_safe`): wait for every handler, let the capability settle
+- **Close when safe** (`history_long`, `close_when_safe`): once the history is long, wait
+  for every handler, let the capability settle
   what it has going (its own drain rule), and close only in a workflow task that delivered
   no update (below).
 - **Time**: `now_ms`, the workflow's clock in epoch milliseconds.
@@ -85,6 +87,9 @@ STATUS_MEMO_KEY = "durability_status"
 # Recorded (as a patch marker) the first time a run waits to close: earlier histories close
 # at once.
 CLOSE_WITHOUT_UPDATE_PATCH = "close-in-a-task-without-updates"
+# Recorded (as a patch marker) when a new run refuses a start setting that earlier releases
+# converted or ignored (`workflows.validation`): runs recorded without it keep the setting.
+STRICT_START_PATCH = "strict-start-settings"
 # The timer that asks Temporal for the next workflow task.
 NEXT_TASK_DELAY = timedelta(milliseconds=1)
 # Under a steady stream of updates every task may deliver one: a run closes anyway after
@@ -121,6 +126,15 @@ def rejected_as(*refusals: type[Exception]) -> Iterator[None]:
 def record_progress(status: Mapping[str, Any]) -> None:
     """Send the status memo as this workflow task's command (the progress barrier)."""
     workflow.upsert_memo({STATUS_MEMO_KEY: dict(status)})
+
+
+def history_long(events: int, *, or_suggested: bool = True) -> bool:
+    """Whether this run's history has `events` events, or (`or_suggested`) Temporal suggests
+    continuing as new: the capability then begins its drain."""
+    info = workflow.info()
+    if or_suggested and info.is_continue_as_new_suggested():
+        return True
+    return info.get_current_history_length() >= events
 
 
 class UpdateDeliveries:
@@ -163,6 +177,17 @@ class ShellKernel:
         self._deliveries = UpdateDeliveries()
         self._tasks: dict[str, set[asyncio.Task[Any]]] = {}
         self.woken = False
+
+    # --- start input
+
+    def check_start(self, error: str | None, coerced: str | None, error_type: str) -> None:
+        """First in `run`: fail the run once, naming the problem, when its start input is
+        refused. A setting only a lax reading accepts (`coerced`) is refused for runs
+        started from now on; a run recorded before (no patch marker) keeps it."""
+        if error is None and coerced is not None and workflow.patched(STRICT_START_PATCH):
+            error = coerced
+        if error is not None:
+            raise ApplicationError(error, type=error_type, non_retryable=True)
 
     # --- message intake
 

@@ -65,6 +65,7 @@ from workflows.ledger.models import (
     SkipInput,
 )
 from workflows.limits import MAX_JSON_DEPTH, id_problem, json_depth
+from workflows.validation import format_validation_error, strict_problem
 
 MISSING_PARTICIPANTS = "missing_participants"
 PARTICIPANT_MISMATCH = "participant_mismatch"
@@ -97,19 +98,6 @@ class LedgerStopped(LedgerInputError):
 
 class RecoveryConflictError(RuntimeError):
     """Two unresolved requests claim one canvas (L14): sending anything could collide."""
-
-
-def format_validation_error(what: str, error: ValidationError) -> str:
-    """`what: field.path: message (got value)` for each problem, one line."""
-    parts = []
-    for item in error.errors():
-        path = ".".join(str(p) for p in item["loc"]) or "(root)"
-        got = item.get("input")
-        shown = repr(got)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        parts.append(f"{path}: {item['msg']} (got {shown})")
-    return f"invalid {what}: " + "; ".join(parts)
 
 
 def canvases_of(intent: OperationIntent) -> list[str]:
@@ -838,15 +826,21 @@ class Start:
     state: LedgerState
     # Why the start input is refused (the run fails once with it), None when it is not.
     error: str | None = None
+    # A setting only a lax reading accepts (see `workflows.validation`), None when none.
+    coerced: str | None = None
 
 
 def read_start(read: Callable[[], Any], workflow_id: str) -> Start:
     """The start input as `read()` decodes it (ValueError when it cannot be decoded). A bad
     input still gives settings, an ID and a state (defaults) with the `error` that names the
     field. The ledger ID defaults to the workflow ID's (`ledger:<ledger_id>`)."""
-    error: str | None = None
+    error = coerced = None
     try:
-        start = LedgerInput.model_validate(read() or {})
+        raw = read() or {}
+        start = LedgerInput.model_validate(raw)
+        if isinstance(raw, dict):
+            settings = {k: v for k, v in raw.items() if k != "carried_state"}
+            coerced = strict_problem("OperationLedger input", LedgerConfig, settings)
     except ValidationError as invalid:
         error = format_validation_error("OperationLedger input", invalid)
         start = LedgerInput()
@@ -862,7 +856,7 @@ def read_start(read: Callable[[], Any], workflow_id: str) -> Start:
         error = error or f"invalid OperationLedger input: {problem}"
         ledger_id = ledger_id[:100]
     state = start.carried_state or LedgerState(ledger_id=ledger_id)
-    return Start(config, ledger_id, state, error)
+    return Start(config, ledger_id, state, error, coerced)
 
 
 def next_run_input(state: LedgerState, config: LedgerConfig, ledger_id: str) -> LedgerInput:

@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         request_workflow_id,
     )
     from workflows.ledger.models import FrozenRequestInput, RequestReport
+    from workflows.validation import format_validation_error
 
 # The FrozenRequest loop owns retries (L7, L8): one activity attempt per submit/query.
 SEND_RETRY = RetryPolicy(maximum_attempts=1)
@@ -108,7 +109,7 @@ class FrozenRequestWorkflow:
             input = FrozenRequestInput.model_validate(input)
         except ValidationError as error:
             raise ApplicationError(
-                core.format_validation_error("FrozenRequest input", error),
+                format_validation_error("FrozenRequest input", error),
                 type="InvalidFrozenRequestInput",
                 non_retryable=True,
             ) from None

@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         NO_INPUT,
         ShellKernel,
         decode_start_input,
+        history_long,
         now_ms,
         rejected_as,
     )
@@ -64,7 +65,7 @@ class OperationLedgerWorkflow:
         # Decoded and validated here, not by the converter: a start input that fails to decode
         # would fail every workflow task; this way the ledger fails once, naming the field.
         start = core.read_start(lambda: decode_start_input(input), workflow.info().workflow_id)
-        self._input_error = start.error
+        self._start_error, self._start_coerced = start.error, start.coerced
         self._config, self._ledger_id, self._state = start.config, start.ledger_id, start.state
         self._recovery_error: str | None = None
         try:
@@ -85,8 +86,7 @@ class OperationLedgerWorkflow:
     @workflow.run
     async def run(self, input: RawValue = NO_INPUT) -> dict[str, Any]:
         """Pump until stopped; continue-as-new when history grows (L14)."""
-        if self._input_error is not None:
-            raise ApplicationError(self._input_error, type="InvalidLedgerInput", non_retryable=True)
+        self._kernel.check_start(self._start_error, self._start_coerced, "InvalidLedgerInput")
         if self._recovery_error is not None:
             raise ApplicationError(
                 self._recovery_error, type="LedgerRecoveryConflict", non_retryable=True
@@ -114,12 +114,10 @@ class OperationLedgerWorkflow:
         return self._final
 
     def _history_due(self) -> bool:
-        info = workflow.info()
-        length = info.get_current_history_length()
         limit = self._config.continue_as_new_after_events
         if limit is not None:
-            return length >= limit
-        return info.is_continue_as_new_suggested() or length >= SAFETY_CAP_EVENTS
+            return history_long(limit, or_suggested=False)
+        return history_long(SAFETY_CAP_EVENTS)
 
     def _ready_to_continue(self) -> bool:
         """History is long and nothing half-done would be lost by continuing as new."""

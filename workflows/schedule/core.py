@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from workflows.budget import STATE_BUDGET_BYTES
 from workflows.limits import MAX_JSON_DEPTH, id_problem, json_depth
@@ -28,6 +28,7 @@ from workflows.schedule.models import (
     ScheduleInput,
     SetRequest,
 )
+from workflows.validation import format_validation_error, strict_problem
 
 Pick = Callable[[int], int]
 
@@ -121,17 +122,34 @@ class ScheduleWorkflowInput(ScheduleInput):
     carried: ScheduleState | None = None
 
 
-def parse_start(
-    decode: Callable[[], object], workflow_id: str
-) -> tuple[ScheduleInput, ScheduleState | None, str | None]:
+@dataclass(frozen=True)
+class Start:
+    """What a run of the schedule starts from (see `parse_start`)."""
+
+    settings: ScheduleInput
+    carried: ScheduleState | None
+    # Why the start input is refused (the run fails once with it), None when it is not.
+    error: str | None = None
+    # A setting only a lax reading accepts (see `workflows.validation`), None when none.
+    coerced: str | None = None
+
+
+def parse_start(decode: Callable[[], object], workflow_id: str) -> Start:
     """The settings (with `object_id`, by default the workflow ID without `schedule:`), the
     carried state, and the problem that fails the schedule once, if any (then the settings
     are usable defaults). `decode` returns the start input as JSON values, or raises
     ValueError."""
-    problem: str | None = None
+    problem = coerced = None
     try:
-        start = ScheduleWorkflowInput.model_validate(decode() or {})
-    except ValueError as error:  # a pydantic ValidationError is a ValueError too
+        raw = decode() or {}
+        start = ScheduleWorkflowInput.model_validate(raw)
+        if isinstance(raw, dict):
+            given = {k: v for k, v in raw.items() if k != "carried"}
+            coerced = strict_problem("DurabilitySchedule input", ScheduleInput, given)
+    except ValidationError as error:
+        problem = format_validation_error("DurabilitySchedule input", error)
+        start = ScheduleWorkflowInput()
+    except ValueError as error:
         problem = f"invalid DurabilitySchedule input: {error}"
         start = ScheduleWorkflowInput()
     object_id = start.object_id or workflow_id.removeprefix("schedule:")
@@ -142,7 +160,7 @@ def parse_start(
     settings = ScheduleInput.model_validate(
         {**start.model_dump(exclude={"carried"}), "object_id": object_id}
     )
-    return settings, start.carried, problem
+    return Start(settings, start.carried, problem, coerced)
 
 
 @dataclass(frozen=True)

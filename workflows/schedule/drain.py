@@ -4,7 +4,7 @@ Temporal refuses a continue-as-new that races a new event (a child's completion,
 and fails that workflow task. So once the history is long the schedule starts no run and
 waits until every run it started has ended. A run still going once the wait has added as
 many events as the continue-as-new threshold (at most `CONTINUE_AS_NEW_DRAIN_EVENTS`) is
-handed over to signal reporting (`handover.py`): a run that never ends must not grow the
+handed over to signal reporting (`run.hand_over`): a run that never ends must not grow the
 history forever.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.kernel import history_long
     from workflows.schedule.models import DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS
 
 CONTINUE_AS_NEW_DRAIN_EVENTS = 1000
@@ -33,11 +34,7 @@ class Drain:
 
     def history_long(self) -> bool:
         """Whether it is time to continue as new."""
-        info = workflow.info()
-        return (
-            info.is_continue_as_new_suggested()
-            or info.get_current_history_length() >= self._threshold
-        )
+        return history_long(self._threshold)
 
     def begin_if_due(self) -> None:
         """Begin draining once the history is long."""

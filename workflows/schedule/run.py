@@ -15,7 +15,7 @@ The schedule never signals a run that may be completing, except for that rare ha
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -29,6 +29,7 @@ from temporalio.exceptions import (
     FailureError,
     RetryState,
     WorkflowAlreadyStartedError,
+    is_cancelled_exception,
 )
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
@@ -37,7 +38,6 @@ with workflow.unsafe.imports_passed_through():
 
     from workflows import SANDBOXED
     from workflows.kernel import now_ms
-    from workflows.schedule.handover import REPORT_BY_SIGNAL
     from workflows.schedule.lifecycle import Lifecycle
     from workflows.schedule.models import (
         OUTCOME_TIMEOUT_ERROR,
@@ -58,6 +58,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.schedule.status import iso
 
+# Internal signal, schedule -> run (not part of the wire contract): report by signal from now
+# on, not by completing.
+REPORT_BY_SIGNAL = "durability.report_by_signal"
 # Time a cancelled run activity gets, beyond run_timeout_ms, to acknowledge cancellation.
 RUN_CANCEL_GRACE = timedelta(seconds=30)
 
@@ -290,3 +293,22 @@ async def report_of(
         )
         outcome = errored(RUN_INTERRUPTED_ERROR, f"the run workflow ended: {error}")
         return ScheduledRunResult(outcome=outcome, delivered=False)
+
+
+async def hand_over(children: Sequence[tuple[str, asyncio.Task[Any] | None]]) -> None:
+    """Before continue-as-new (which loses the handles the schedule awaits its runs' ends
+    with): tell each run still open (workflow ID, the task awaiting its completion) to report
+    by signal from now on, to the schedule's workflow ID, which reaches whichever run of the
+    schedule is current. A run that already closed cannot take the signal, but its completion
+    is on its way to this run of the schedule: wait for its task."""
+
+    async def one(workflow_id: str, watch: asyncio.Task[Any] | None) -> None:
+        try:
+            await workflow.get_external_workflow_handle(workflow_id).signal(REPORT_BY_SIGNAL)
+        except FailureError as error:
+            if is_cancelled_exception(error):
+                raise
+            if watch is not None:
+                await workflow.wait_condition(watch.done)
+
+    await asyncio.gather(*(one(workflow_id, watch) for workflow_id, watch in children))

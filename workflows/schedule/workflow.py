@@ -15,7 +15,6 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from workflows import SANDBOXED
@@ -35,7 +34,6 @@ with workflow.unsafe.imports_passed_through():
         parse_start,
     )
     from workflows.schedule.drain import Drain
-    from workflows.schedule.handover import hand_over
     from workflows.schedule.lifecycle import Lifecycle
     from workflows.schedule.models import (
         RUN_ACKNOWLEDGED_SIGNAL,
@@ -51,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.schedule.publish import Published
     from workflows.schedule.redelivery import Redeliveries
-    from workflows.schedule.run import report_of, start_run
+    from workflows.schedule.run import hand_over, report_of, start_run
 
 # The kernel's task group of child starts (`_start_run`).
 STARTS = "start"
@@ -65,9 +63,8 @@ class DurabilityScheduleWorkflow:
     def __init__(self, input: RawValue = NO_INPUT) -> None:
         # Decoded and validated here, not by the converter: a start input the converter
         # cannot read would fail every workflow task; this way the schedule fails once.
-        self._settings, carried, self._input_error = parse_start(
-            lambda: decode_start_input(input), workflow.info().workflow_id
-        )
+        self._start = parse_start(lambda: decode_start_input(input), workflow.info().workflow_id)
+        self._settings, carried = self._start.settings, self._start.carried
         self._object_id = self._settings.object_id or ""
         self._core = ScheduleCore(
             carried or ScheduleState(),
@@ -87,7 +84,7 @@ class DurabilityScheduleWorkflow:
         self._watches: dict[int, asyncio.Task[None]] = {}
         self._drain = Drain(self._settings.continue_as_new_after_events)
         self._published = Published(self._object_id)
-        # Runs told to report by signal (handover.py): each is told once.
+        # Runs told to report by signal (`run.hand_over`): each is told once.
         self._handed_over: set[int] = set()
 
     def next_occurrence(self, expression: str, after_ms: int) -> int | None:
@@ -97,10 +94,7 @@ class DurabilityScheduleWorkflow:
     @workflow.run
     async def run(self, input: RawValue = NO_INPUT) -> None:
         """Tick, start runs, sleep until the next tick or a message; continue-as-new."""
-        if self._input_error is not None:
-            raise ApplicationError(
-                self._input_error, type="InvalidScheduleInput", non_retryable=True
-            )
+        self._kernel.check_start(self._start.error, self._start.coerced, "InvalidScheduleInput")
         self._redeliveries.resume_stranded()
         timer_fired = False
         while True:

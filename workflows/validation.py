@@ -1,0 +1,40 @@
+"""How both capabilities word a refused input, and read start settings strictly (pure).
+
+Start settings are validated twice: laxly, as every release has (pydantic converts `"2"` to
+2, `true` to 1, `2.0` to 2, and the schedule ignored unknown fields), and strictly. What only
+the lax reading accepts is refused for runs started from now on (`ShellKernel.check_start`),
+while a run recorded before keeps its converted value, so its history still replays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+
+def format_validation_error(what: str, error: ValidationError) -> str:
+    """`invalid <what>: field.path: message (got value)` for each problem, one line."""
+    parts = []
+    for item in error.errors():
+        path = ".".join(str(p) for p in item["loc"]) or "(root)"
+        shown = repr(item.get("input"))
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        parts.append(f"{path}: {item['msg']} (got {shown})")
+    return f"invalid {what}: " + "; ".join(parts)
+
+
+def strict_problem(what: str, model: type[BaseModel], settings: Mapping[str, Any]) -> str | None:
+    """Why `settings` (already valid laxly) is refused by a strict reading as `model`, or
+    None: a field `model` does not have, or a value of another JSON type that lax validation
+    converted."""
+    unknown = sorted(str(name) for name in settings if name not in model.model_fields)
+    if unknown:
+        return f"invalid {what}: unknown field(s) {', '.join(unknown)[:200]}"
+    try:
+        model.model_validate(dict(settings), strict=True)
+    except ValidationError as error:
+        return format_validation_error(what, error)
+    return None
