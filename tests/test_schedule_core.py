@@ -23,7 +23,14 @@ from workflows.schedule.core import (
     parse_set,
 )
 from workflows.schedule.cron import next_occurrence
-from workflows.schedule.models import JitterRange, Outcome, RunError, RunStatus, SetRequest
+from workflows.schedule.models import (
+    JitterRange,
+    Outcome,
+    RunError,
+    RunStatus,
+    ScheduleInput,
+    SetRequest,
+)
 from workflows.schedule.status import NEXT_TICK_PUBLISH_SLACK_MS, next_tick_stale
 
 
@@ -53,7 +60,17 @@ class ScheduleMachine(RuleBasedStateMachine):
         super().__init__()
         self.max_runs = 2
         self.max_queued = self.QUEUE_LIMIT[self.overlap]
-        self.core = ScheduleCore(ScheduleState(), every, self.max_runs, 3, self.overlap)
+        self.core = ScheduleCore(
+            ScheduleState(),
+            every,
+            ScheduleInput.model_validate(
+                {
+                    "max_concurrent_runs": self.max_runs,
+                    "max_queued_runs": 3,
+                    "overlap": self.overlap,
+                }
+            ),
+        )
         self.skipped = 0
         self.now = 1_000_000
         self.highest_version = -1  # highest version ever stored or tombstoned
@@ -220,7 +237,7 @@ TestBufferOneOverlap.settings = settings(max_examples=100, stateful_step_count=4
 
 
 def test_a_tick_after_a_long_outage_fires_once_at_the_earliest_missed_time() -> None:
-    core = ScheduleCore(ScheduleState(), every, 10)
+    core = ScheduleCore(ScheduleState(), every, ScheduleInput(max_concurrent_runs=10))
     core.set(SetRequest(expression="every:1000", version=1), 500, lambda _: 0)
     run = core.tick(86_400_500)  # a day later
     assert run is not None and run.scheduled_time == 1000
@@ -229,7 +246,7 @@ def test_a_tick_after_a_long_outage_fires_once_at_the_earliest_missed_time() -> 
 
 
 def test_jitter_delays_the_firing_and_the_search_uses_now_minus_jitter() -> None:
-    core = ScheduleCore(ScheduleState(), every, 10)
+    core = ScheduleCore(ScheduleState(), every, ScheduleInput(max_concurrent_runs=10))
     core.set(SetRequest(expression="every:1000", version=1, jitter_ms=400), 0, lambda _: 0)
     assert core.tick(1399) is None
     run = core.tick(1400)
@@ -244,7 +261,7 @@ def test_jitter_delays_the_firing_and_the_search_uses_now_minus_jitter() -> None
 
 
 def test_a_schedule_whose_next_occurrence_is_none_stops_ticking() -> None:
-    core = ScheduleCore(ScheduleState(), every, 10)
+    core = ScheduleCore(ScheduleState(), every, ScheduleInput(max_concurrent_runs=10))
     core.set(SetRequest(expression="never", version=1), 0, lambda _: 0)
     assert core.next_wake_at() is None and core.tick(10**12) is None
     assert core.get() is not None and core.get()["next_at"] is None  # type: ignore[index]
@@ -267,7 +284,7 @@ SEED_CANCEL_CASES = [
 
 
 def _stored(before: str) -> ScheduleCore:
-    core = ScheduleCore(ScheduleState(), every, 10)
+    core = ScheduleCore(ScheduleState(), every, ScheduleInput(max_concurrent_runs=10))
     if before != "none":
         core.set(SetRequest(expression="every:1000", version=5), 0, lambda _: 0)
     if before.startswith("tombstone"):
@@ -292,13 +309,15 @@ def test_cancel_follows_the_seed_case_by_case(
     for version, applies in ((refused, False), (refused + 1, True)):
         if version < 0:
             continue
-        probe = ScheduleCore(ScheduleState.model_validate_json(state), every, 10)
+        probe = ScheduleCore(
+            ScheduleState.model_validate_json(state), every, ScheduleInput(max_concurrent_runs=10)
+        )
         request = SetRequest(expression="every:10", version=version)
         assert probe.set(request, 0, lambda _: 0) is applies, version
 
 
 def test_cancel_with_a_version_records_a_tombstone_that_blocks_that_version() -> None:
-    core = ScheduleCore(ScheduleState(), every, 10)
+    core = ScheduleCore(ScheduleState(), every, ScheduleInput(max_concurrent_runs=10))
     assert core.cancel(parse_cancel({"version": 3})) is False
     assert not core.set(SetRequest(expression="every:10", version=3), 0, lambda _: 0)
     assert core.set(SetRequest(expression="every:10", version=4), 0, lambda _: 0)
@@ -369,7 +388,9 @@ def test_params_over_the_limit_are_refused_naming_the_size() -> None:
 
 
 def test_a_full_queue_refuses_trigger_and_backfill_and_skips_ticks() -> None:
-    core = ScheduleCore(ScheduleState(), every, max_concurrent_runs=1, max_queued_runs=1)
+    core = ScheduleCore(
+        ScheduleState(), every, ScheduleInput(max_concurrent_runs=1, max_queued_runs=1)
+    )
     core.set(SetRequest(expression="every:1000", version=1), 0, lambda m: 0)
     first = core.trigger(10)
     assert [r.scheduled_time for r in core.take_startable()] == [first.scheduled_time]
@@ -384,7 +405,9 @@ def test_a_full_queue_refuses_trigger_and_backfill_and_skips_ticks() -> None:
 
 
 def test_max_queued_runs_zero_skips_a_tick_only_while_every_slot_is_busy() -> None:
-    core = ScheduleCore(ScheduleState(), every, max_concurrent_runs=1, max_queued_runs=0)
+    core = ScheduleCore(
+        ScheduleState(), every, ScheduleInput(max_concurrent_runs=1, max_queued_runs=0)
+    )
     core.set(SetRequest(expression="every:1000", version=1), 0, lambda m: 0)
     run = core.tick(1000)
     assert isinstance(run, Run)
@@ -396,7 +419,7 @@ def test_max_queued_runs_zero_skips_a_tick_only_while_every_slot_is_busy() -> No
 
 
 def test_only_a_run_that_takes_the_last_free_slot_frees_it_by_signal() -> None:
-    core = ScheduleCore(ScheduleState(), every, max_concurrent_runs=3)
+    core = ScheduleCore(ScheduleState(), every, ScheduleInput(max_concurrent_runs=3))
     core.set(SetRequest(expression="every:1000", version=1), 0, lambda m: 0)
     core.trigger(10)
     first = core.take_startable()
@@ -410,7 +433,9 @@ def test_only_a_run_that_takes_the_last_free_slot_frees_it_by_signal() -> None:
 
 
 def test_dead_letters_keep_the_newest_up_to_the_bound_and_leave_once_redelivered() -> None:
-    core = ScheduleCore(ScheduleState(), every, max_concurrent_runs=3, max_dead_letters=2)
+    core = ScheduleCore(
+        ScheduleState(), every, ScheduleInput(max_concurrent_runs=3, max_dead_letters=2)
+    )
     core.set(SetRequest(expression="every:1000", version=1, params={"p": 1}), 0, lambda m: 0)
     failed = RunError(name="Down", message="receiver down")
     done = Outcome(status="complete")
@@ -436,7 +461,9 @@ def test_dead_letters_keep_the_newest_up_to_the_bound_and_leave_once_redelivered
 
 
 def test_no_dead_letter_is_kept_with_max_dead_letters_zero() -> None:
-    core = ScheduleCore(ScheduleState(), every, max_concurrent_runs=1, max_dead_letters=0)
+    core = ScheduleCore(
+        ScheduleState(), every, ScheduleInput(max_concurrent_runs=1, max_dead_letters=0)
+    )
     core.set(SetRequest(expression="every:1000", version=1), 0, lambda m: 0)
     core.trigger(10)
     core.record_dead_letter(10, "o:10", Outcome(status="complete"), RunError(name="X", message="x"))
@@ -459,7 +486,9 @@ def test_a_malformed_redeliver_is_refused_naming_the_field(payload: object, mess
 
 
 def test_a_run_end_frees_its_slot_for_a_queued_run_once_and_keeps_its_dead_letter() -> None:
-    core = ScheduleCore(ScheduleState(), every, max_concurrent_runs=1, max_dead_letters=5)
+    core = ScheduleCore(
+        ScheduleState(), every, ScheduleInput(max_concurrent_runs=1, max_dead_letters=5)
+    )
     core.set(SetRequest(expression="every:1000", version=1), 0, lambda m: 0)
     first, second = core.trigger(10), core.trigger(20)
     assert core.take_startable() == [first]

@@ -19,7 +19,7 @@ from workflows.schedule.core import (
     ScheduleState,
     parse_backfill,
 )
-from workflows.schedule.models import RunStatus, SetRequest
+from workflows.schedule.models import RunStatus, ScheduleInput, SetRequest
 
 
 def every(expression: str, after_ms: int) -> int | None:
@@ -28,7 +28,7 @@ def every(expression: str, after_ms: int) -> int | None:
 
 
 def live_core(step: int = 1000, now: int = 10_500) -> ScheduleCore:
-    core = ScheduleCore(ScheduleState(), every, max_concurrent_runs=2)
+    core = ScheduleCore(ScheduleState(), every, ScheduleInput(max_concurrent_runs=2))
     core.set(SetRequest(expression=f"every:{step}", version=1, params={"p": 1}), now, lambda m: 0)
     return core
 
@@ -51,7 +51,7 @@ def test_trigger_records_one_run_now_even_when_paused_and_needs_a_live_schedule(
     assert (run.scheduled_time, run.due_at, run.params) == (12_345, 12_345, {"p": 1})
     assert core.trigger(12_345) is run  # the same millisecond is the same run
     assert [r.state for r in core.take_startable()] == [RunStatus.RUNNING]
-    empty = ScheduleCore(ScheduleState(), every, 1)
+    empty = ScheduleCore(ScheduleState(), every, ScheduleInput(max_concurrent_runs=1))
     with pytest.raises(NoLiveSchedule, match="trigger needs a live schedule"):
         empty.trigger(1)
 

@@ -9,6 +9,7 @@ continue-as-new), and its final report is also its result.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +18,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
+    ChildWorkflowError,
     FailureError,
     WorkflowAlreadyStartedError,
     is_cancelled_exception,
@@ -26,14 +28,19 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from workflows import SANDBOXED
-    from workflows.kernel import now_ms
+    from workflows.kernel import ShellKernel, now_ms
     from workflows.ledger import (
         FROZEN_REQUEST_WORKFLOW,
         core,
         ledger_workflow_id,
         request_workflow_id,
     )
-    from workflows.ledger.models import FrozenRequestInput, RequestReport
+    from workflows.ledger.models import (
+        FrozenRequestInput,
+        LedgerConfig,
+        LedgerState,
+        RequestReport,
+    )
     from workflows.validation import format_validation_error
 
 # The FrozenRequest loop owns retries (L7, L8): one activity attempt per submit/query.
@@ -186,3 +193,82 @@ class FrozenRequestWorkflow:
             workflow.logger.warning("cannot report %s to the ledger: %s", name, error)
             return False
         return True
+
+
+class RequestRuns:
+    """The ledger's side of each request's life: it starts the request's `FrozenRequest`
+    child and awaits its end (reported by signal, by its result, or by a failure), and
+    applies it to the ledger's state. `finished` applies a final report; `record_progress`
+    is the ledger's progress barrier."""
+
+    def __init__(
+        self,
+        ledger_id: str,
+        state: LedgerState,
+        config: LedgerConfig,
+        kernel: ShellKernel,
+        finished: Callable[[RequestReport], bool],
+        record_progress: Callable[[], None],
+    ) -> None:
+        self._ledger_id, self._state, self._config = ledger_id, state, config
+        self._kernel = kernel
+        self._finished = finished
+        self._record_progress = record_progress
+        # The task of each request's life, by request ID. It leaves the mapping at the end of
+        # its own body, before any other task can read it (not by a done-callback).
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        # Requests whose child is being started: continuing as new now would lose the start.
+        self.starting: set[str] = set()
+
+    def launch(self, request_id: str) -> None:
+        """Start the request's life; a relaunch (resume) waits for the earlier one to end."""
+        previous = self.tasks.get(request_id)
+        self.tasks[request_id] = asyncio.create_task(self._run(request_id, previous))
+
+    async def _run(self, request_id: str, previous: asyncio.Task[None] | None) -> None:
+        me = asyncio.current_task()
+        try:
+            if previous is not None:
+                await workflow.wait_condition(previous.done)
+            await self._lifetime(request_id, me)
+        except asyncio.CancelledError:
+            core.request_interrupted(self._state, request_id, "stopped", stopped=True)
+            raise
+        finally:
+            if self.tasks.get(request_id) is me:
+                del self.tasks[request_id]
+            self._kernel.wake()
+        # A request's end (or its child's) changes what the ledger decides next.
+        self._record_progress()
+
+    async def _lifetime(self, request_id: str, me: asyncio.Task[Any] | None) -> None:
+        """Start the request's child and wait for its end (reported by signal, or a failure)."""
+        state = self._state
+        child_input = core.request_input(state, self._config, self._ledger_id, request_id)
+        self.starting.add(request_id)
+        operations = ", ".join(state.requests[request_id].operation_ids)
+        try:
+            handle = await start_request(self._ledger_id, request_id, child_input, operations)
+        finally:
+            self.starting.discard(request_id)
+        if handle is None:
+            core.request_interrupted(
+                state, request_id, "request_workflow_already_running", stopped=False
+            )
+            return
+        try:
+            result = await handle
+        except ChildWorkflowError as error:
+            if self.tasks.get(request_id) is not me:
+                return  # an earlier loop of a request relaunched since (resume)
+            # Cancelled: only `stop` cancels a request. Failed: blocked until resume.
+            cancelled = is_cancelled_exception(error)
+            reason = "stopped" if cancelled else f"request_workflow_failed: {error.cause}"
+            core.request_interrupted(state, request_id, reason, stopped=cancelled or state.stopped)
+            return
+        try:
+            report = core.parse_report(result)
+        except core.LedgerInputError:
+            workflow.logger.warning("request %s returned %r", request_id, result)
+            return
+        self._finished(report)

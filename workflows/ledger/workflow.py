@@ -23,8 +23,6 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import (
     ApplicationError,
-    ChildWorkflowError,
-    is_cancelled_exception,
 )
 
 with workflow.unsafe.imports_passed_through():
@@ -45,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
         RequestReport,
         SkipInput,
     )
-    from workflows.ledger.request import FrozenRequestWorkflow, cancel_request, start_request
+    from workflows.ledger.request import FrozenRequestWorkflow, RequestRuns, cancel_request
     from workflows.search_attributes import LEDGER_ID
 
 # Continue-as-new at this many events even if Temporal has not suggested it yet.
@@ -73,10 +71,16 @@ class OperationLedgerWorkflow:
         except core.RecoveryConflictError as error:
             self._recovery_error = str(error)
         self._compiles: dict[str, asyncio.Task[None]] = {}
-        self._children: dict[str, asyncio.Task[None]] = {}
-        self._starting: set[str] = set()
         self._kernel = ShellKernel(
             core.LedgerInputError, lambda: core.count_dropped_signal(self._state)
+        )
+        self._requests = RequestRuns(
+            self._ledger_id,
+            self._state,
+            self._config,
+            self._kernel,
+            self._finished,
+            self._record_progress,
         )
         self._kernel.wake()
         self._final: dict[str, Any] | None = None
@@ -125,7 +129,7 @@ class OperationLedgerWorkflow:
             not self._state.stopped
             and self._history_due()
             and not self._compiles
-            and not self._starting
+            and not self._requests.starting
         )
 
     def _quiet(self) -> bool:
@@ -133,7 +137,7 @@ class OperationLedgerWorkflow:
         so no report races the continue-as-new (docs/determinism.md)."""
         if self._state.stopped or self._final is not None:
             return True
-        return core.waiting_to_retry(self._state, self._children, now_ms())
+        return core.waiting_to_retry(self._state, self._requests.tasks, now_ms())
 
     async def _settle_for_close(self) -> bool:
         """The ledger's drain rule: let in-flight attempts report (bounded: see `_quiet`);
@@ -150,7 +154,7 @@ class OperationLedgerWorkflow:
             return
         for request_id in core.plan_launches(self._state, self._config):
             core.mark_launched(self._state, request_id)
-            self._launch(request_id)
+            self._requests.launch(request_id)
         for op_id in core.plan_dispatches(self._state, self._config):
             if self._config.local_compile and self._compiles:
                 # One local compile at a time: concurrent local activities resolve in completion
@@ -171,62 +175,9 @@ class OperationLedgerWorkflow:
         if compiled is not None or op_id in self._state.compiling:
             verdict = core.freeze(self._state, self._config, op_id, request_id, compiled)
         if verdict == "launch":
-            self._launch(request_id)  # its child's start is this task's command
+            self._requests.launch(request_id)  # its child's start is this task's command
         else:
             self._record_progress()  # a blocked compile changes state and sends nothing else
-
-    def _launch(self, request_id: str) -> None:
-        previous = self._children.get(request_id)
-        self._children[request_id] = asyncio.create_task(self._run_request(request_id, previous))
-
-    async def _run_request(self, request_id: str, previous: asyncio.Task[None] | None) -> None:
-        me = asyncio.current_task()
-        try:
-            if previous is not None:
-                await workflow.wait_condition(previous.done)
-            await self._request_lifetime(request_id, me)
-        except asyncio.CancelledError:
-            core.request_interrupted(self._state, request_id, "stopped", stopped=True)
-            raise
-        finally:
-            if self._children.get(request_id) is me:
-                del self._children[request_id]
-            self._kernel.wake()
-        # A request's end (or its child's) changes what the ledger decides next.
-        self._record_progress()
-
-    async def _request_lifetime(self, request_id: str, me: asyncio.Task[Any] | None) -> None:
-        """Start the request's child and wait for its end (reported by signal, or a failure)."""
-        child_input = core.request_input(self._state, self._config, self._ledger_id, request_id)
-        self._starting.add(request_id)
-        operations = ", ".join(self._state.requests[request_id].operation_ids)
-        try:
-            handle = await start_request(self._ledger_id, request_id, child_input, operations)
-        finally:
-            self._starting.discard(request_id)
-        if handle is None:
-            core.request_interrupted(
-                self._state, request_id, "request_workflow_already_running", stopped=False
-            )
-            return
-        try:
-            result = await handle
-        except ChildWorkflowError as error:
-            if self._children.get(request_id) is not me:
-                return  # an earlier loop of a request relaunched since (resume)
-            # Cancelled: only `stop` cancels a request. Failed: blocked until resume.
-            cancelled = is_cancelled_exception(error)
-            reason = "stopped" if cancelled else f"request_workflow_failed: {error.cause}"
-            core.request_interrupted(
-                self._state, request_id, reason, stopped=cancelled or self._state.stopped
-            )
-            return
-        try:
-            report = core.parse_report(result)
-        except core.LedgerInputError:
-            workflow.logger.warning("request %s returned %r", request_id, result)
-            return
-        self._finished(report)
 
     def _record_progress(self) -> None:
         """The progress barrier (`workflows.kernel`): this workflow task sends a command."""
@@ -352,14 +303,14 @@ class OperationLedgerWorkflow:
         self._kernel.update(core.stop, self._state)
         for task in list(self._compiles.values()):
             task.cancel()
-        for task in list(self._children.values()):
+        for task in list(self._requests.tasks.values()):
             task.cancel()
         # Requests started by an earlier run (before continue-as-new) have no local task.
         for request in list(self._state.requests.values()):
-            if request.phase == "in_flight" and request.id not in self._children:
+            if request.phase == "in_flight" and request.id not in self._requests.tasks:
                 await cancel_request(self._ledger_id, request.id)
                 core.request_interrupted(self._state, request.id, "stopped", stopped=True)
-        await workflow.wait_condition(lambda: not self._compiles and not self._children)
+        await workflow.wait_condition(lambda: not self._compiles and not self._requests.tasks)
         self._final = core.snapshot(self._state)
         return self._final
 

@@ -285,20 +285,17 @@ def checked_next(next_occurrence: NextOccurrence, expression: str, after_ms: int
 
 
 class ScheduleCore:
-    """The transitions of one object's schedule over a `ScheduleState` it mutates in place."""
+    """The transitions of one object's schedule over a `ScheduleState` it mutates in place,
+    under the schedule's `settings` (its bounds and overlap policy)."""
 
     def __init__(
-        self,
-        state: ScheduleState,
-        next_occurrence: NextOccurrence,
-        max_concurrent_runs: int,
-        max_queued_runs: int = 100,
-        overlap: str = "queue",
-        max_dead_letters: int = 10,
+        self, state: ScheduleState, next_occurrence: NextOccurrence, settings: ScheduleInput
     ) -> None:
         self.state = state
         self.next_occurrence = next_occurrence
-        self.max_concurrent_runs = max_concurrent_runs
+        self.max_concurrent_runs = settings.max_concurrent_runs
+        overlap = settings.overlap
+        max_queued_runs, max_dead_letters = settings.max_queued_runs, settings.max_dead_letters
         limit = OVERLAP_QUEUE_LIMIT[overlap]
         self.max_queued_runs = max_queued_runs if limit is None else min(limit, max_queued_runs)
         self.full_reason = QUEUE_FULL if limit is None else OVERLAP

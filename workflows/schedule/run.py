@@ -37,7 +37,9 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from workflows import SANDBOXED
-    from workflows.kernel import now_ms
+    from workflows.kernel import ShellKernel, now_ms
+    from workflows.schedule import RUN_WORKFLOW_TYPE
+    from workflows.schedule.core import Run, ScheduleCore
     from workflows.schedule.lifecycle import Lifecycle
     from workflows.schedule.models import (
         OUTCOME_TIMEOUT_ERROR,
@@ -53,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         ScheduledRunObject,
         ScheduledRunResult,
         ScheduleInput,
+        idempotency_key,
         lifecycle_event,
         run_workflow_id,
     )
@@ -61,11 +64,13 @@ with workflow.unsafe.imports_passed_through():
 # Internal signal, schedule -> run (not part of the wire contract): report by signal from now
 # on, not by completing.
 REPORT_BY_SIGNAL = "durability.report_by_signal"
+# The kernel's task group of child starts (`RunReports.start`).
+STARTS = "run-start"
 # Time a cancelled run activity gets, beyond run_timeout_ms, to acknowledge cancellation.
 RUN_CANCEL_GRACE = timedelta(seconds=30)
 
 
-@workflow.defn(name="ScheduledRun", sandboxed=SANDBOXED)
+@workflow.defn(name=RUN_WORKFLOW_TYPE, sandboxed=SANDBOXED)
 class ScheduledRunWorkflow:
     """One run: call the run activity once, deliver the outcome, report to the schedule."""
 
@@ -312,3 +317,89 @@ async def hand_over(children: Sequence[tuple[str, asyncio.Task[Any] | None]]) ->
                 await workflow.wait_condition(watch.done)
 
     await asyncio.gather(*(one(workflow_id, watch) for workflow_id, watch in children))
+
+
+class RunReports:
+    """The schedule's side of the protocol above: it starts each run's child, reads the run's
+    report from the child's completion (or, once handed over, from its signals), and applies
+    it to the core. `record_progress` is the shell's progress barrier."""
+
+    def __init__(
+        self,
+        settings: ScheduleInput,
+        core: ScheduleCore,
+        kernel: ShellKernel,
+        record_progress: Callable[..., None],
+    ) -> None:
+        self._settings = settings
+        self._object_id = settings.object_id or ""
+        self._core = core
+        self._kernel = kernel
+        self._record_progress = record_progress
+        # The watch on each started run's completion (its report), by scheduled_time.
+        self._watches: dict[int, asyncio.Task[None]] = {}
+        # Runs told to report by signal (`hand_over`): each is told once.
+        self._handed_over: set[int] = set()
+
+    def start(self, run: Run, settle_by_signal: bool) -> None:
+        """Start the run's child (a task of the kernel's group `STARTS`)."""
+        self._kernel.spawn(STARTS, self._start(run, settle_by_signal))
+
+    async def _start(self, run: Run, settle_by_signal: bool) -> None:
+        run_object = ScheduledRunObject.of(
+            self._object_id, run.scheduled_time, run.due_at, run.params
+        )
+        handle = await start_run(
+            ScheduledRunInput(
+                run=run_object,
+                schedule_workflow_id=workflow.info().workflow_id,
+                settings=self._settings,
+                settle_by_signal=settle_by_signal,
+            )
+        )
+        if handle is None:  # at most once (S6): this run already exists, and it reports
+            self._core.forget(run.scheduled_time)
+            self._kernel.wake()
+            self._record_progress(refused=run.scheduled_time)
+            return
+        watch = asyncio.create_task(self._watch(run_object, handle))
+        self._watches[run.scheduled_time] = watch
+        watch.add_done_callback(lambda _: self._watches.pop(run.scheduled_time, None))
+
+    async def _watch(
+        self,
+        run: ScheduledRunObject,
+        handle: workflow.ChildWorkflowHandle[Any, ScheduledRunResult],
+    ) -> None:
+        """Wait for the run's report (`report_of`) and apply it."""
+        result = await report_of(handle, run)
+        self.ended(run.scheduled_time, result.outcome, result.dead_letter_error)
+        # A run's end frees a slot and forgets the run: decision state (the progress barrier).
+        self._record_progress(acknowledged=run.scheduled_time)
+
+    def settled(self, settled: RunSettled) -> None:
+        """The `run_settled` signal: the run stopped; its slot is free."""
+        # Wake the loop only when a queued run can take the freed slot: every wake-up
+        # cancels and restarts the tick timer (two more history events).
+        if self._core.settle(settled.scheduled_time, settled.outcome) and self._core.queued_count():
+            self._kernel.wake()
+
+    def ended(
+        self,
+        scheduled_time: int,
+        outcome: Outcome | None,
+        dead_letter_error: RunError | None = None,
+    ) -> None:
+        """The run's end and its outcome's delivery (its completion, or `run_acknowledged`)."""
+        key = idempotency_key(self._object_id, scheduled_time)
+        if self._core.run_ended(scheduled_time, key, outcome, dead_letter_error):
+            self._kernel.wake()  # a queued run can take the freed slot
+
+    async def hand_over_alive(self) -> bool:
+        """Before continue-as-new: the runs still going report by signal from now on."""
+        alive = {t: w for t, w in self._watches.items() if t not in self._handed_over}
+        if alive:
+            self._handed_over.update(alive)
+            await hand_over([(run_workflow_id(self._object_id, t), w) for t, w in alive.items()])
+            await workflow.wait_condition(workflow.all_handlers_finished)
+        return True

@@ -9,7 +9,6 @@ run has ended (`drain.py`). A deployment brings its own `next_occurrence` by sub
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +18,7 @@ from temporalio.common import RawValue
 with workflow.unsafe.imports_passed_through():
     from workflows import SANDBOXED
     from workflows.kernel import NO_INPUT, ShellKernel, decode_start_input, now_ms
-    from workflows.schedule import cron, status
+    from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron, status
     from workflows.schedule.core import (
         DeadLetter,
         Run,
@@ -40,22 +39,15 @@ with workflow.unsafe.imports_passed_through():
         RUN_SETTLED_SIGNAL,
         RunAcknowledged,
         RunSettled,
-        ScheduledRunInput,
-        ScheduledRunObject,
-        ScheduledRunResult,
         idempotency_key,
         lifecycle_event,
-        run_workflow_id,
     )
     from workflows.schedule.publish import Published
     from workflows.schedule.redelivery import Redeliveries
-    from workflows.schedule.run import hand_over, report_of, start_run
-
-# The kernel's task group of child starts (`_start_run`).
-STARTS = "start"
+    from workflows.schedule.run import STARTS, RunReports
 
 
-@workflow.defn(name="DurabilitySchedule", sandboxed=SANDBOXED)
+@workflow.defn(name=SCHEDULE_WORKFLOW_TYPE, sandboxed=SANDBOXED)
 class DurabilityScheduleWorkflow:
     """One object's recurring schedule (S1-S8, S13): never completes on its own."""
 
@@ -66,26 +58,16 @@ class DurabilityScheduleWorkflow:
         self._start = parse_start(lambda: decode_start_input(input), workflow.info().workflow_id)
         self._settings, carried = self._start.settings, self._start.carried
         self._object_id = self._settings.object_id or ""
-        self._core = ScheduleCore(
-            carried or ScheduleState(),
-            self.next_occurrence,
-            self._settings.max_concurrent_runs,
-            self._settings.max_queued_runs,
-            self._settings.overlap,
-            self._settings.max_dead_letters,
-        )
+        self._core = ScheduleCore(carried or ScheduleState(), self.next_occurrence, self._settings)
         # A bad signal payload raises InvalidRequest, a bad next_occurrence ValueError (S7).
         self._kernel = ShellKernel(ValueError, self._core.count_dropped_signal)
         self._lifecycle = Lifecycle(self._settings)
         self._redeliveries = Redeliveries(
             self._settings, self._core, self._kernel, self._redelivered
         )
-        # The watch on each started run's completion (its report), by scheduled_time.
-        self._watches: dict[int, asyncio.Task[None]] = {}
+        self._runs = RunReports(self._settings, self._core, self._kernel, self._record_progress)
         self._drain = Drain(self._settings.continue_as_new_after_events)
         self._published = Published(self._object_id)
-        # Runs told to report by signal (`run.hand_over`): each is told once.
-        self._handed_over: set[int] = set()
 
     def next_occurrence(self, expression: str, after_ms: int) -> int | None:
         """The first tick of `expression` strictly after `after_ms`; override to plug in."""
@@ -120,22 +102,13 @@ class DurabilityScheduleWorkflow:
             except TimeoutError:
                 timer_fired = True
         await self._kernel.close_when_safe(
-            self._hand_over_alive,
+            self._runs.hand_over_alive,
             ready=lambda: not self._kernel.busy(STARTS) and not self._lifecycle.tasks,
         )
         carried = ScheduleWorkflowInput.model_validate(
             {**self._settings.model_dump(), "carried": self._core.state}
         )
         workflow.continue_as_new(carried.model_dump(mode="json"))
-
-    async def _hand_over_alive(self) -> bool:
-        """Runs still alive after the drain's allowance report by signal from now on."""
-        alive = {t: w for t, w in self._watches.items() if t not in self._handed_over}
-        if alive:
-            self._handed_over.update(alive)
-            await hand_over([(run_workflow_id(self._object_id, t), w) for t, w in alive.items()])
-            await workflow.wait_condition(workflow.all_handlers_finished)
-        return True
 
     def _step(self, now: int) -> bool:
         """Tick if due and start what the free slots allow (none while draining); returns
@@ -150,7 +123,7 @@ class DurabilityScheduleWorkflow:
         elif due is not None:
             self._emit(due.scheduled_time, "due", now, queued=due not in startable)
         for run, last_slot in zip(startable, self._core.takes_last_slot(startable), strict=True):
-            self._kernel.spawn(STARTS, self._start_run(run, settle_by_signal=last_slot))
+            self._runs.start(run, settle_by_signal=last_slot)
         self._published.publish(self._core.state, self._core.next_wake_at())
         return bool(startable)
 
@@ -171,43 +144,6 @@ class DurabilityScheduleWorkflow:
     def _emit(self, scheduled_time: int, event_type: str, now: int, **fields: Any) -> None:
         key = idempotency_key(self._object_id, scheduled_time)
         self._lifecycle.emit(lifecycle_event(event_type, key, scheduled_time, now, **fields))
-
-    async def _start_run(self, run: Run, settle_by_signal: bool) -> None:
-        run_object = ScheduledRunObject.of(
-            self._object_id, run.scheduled_time, run.due_at, run.params
-        )
-        handle = await start_run(
-            ScheduledRunInput(
-                run=run_object,
-                schedule_workflow_id=workflow.info().workflow_id,
-                settings=self._settings,
-                settle_by_signal=settle_by_signal,
-            )
-        )
-        if handle is None:  # at most once (S6): this run already exists, and it reports
-            self._core.forget(run.scheduled_time)
-            self._kernel.wake()
-            self._record_progress(refused=run.scheduled_time)
-            return
-        watch = asyncio.create_task(self._watch_run(run_object, handle))
-        self._watches[run.scheduled_time] = watch
-        watch.add_done_callback(lambda _: self._watches.pop(run.scheduled_time, None))
-
-    async def _watch_run(
-        self,
-        run: ScheduledRunObject,
-        handle: workflow.ChildWorkflowHandle[Any, ScheduledRunResult],
-    ) -> None:
-        """Wait for the run's report (`run.report_of`) and apply it."""
-        result = await report_of(handle, run)
-        self._run_ended(run.scheduled_time, result.outcome, result.dead_letter_error)
-        # A run's end frees a slot and forgets the run: decision state. See workflows.kernel.
-        self._record_progress(acknowledged=run.scheduled_time)
-
-    def _run_ended(self, scheduled_time: int, *report: Any) -> None:
-        key = idempotency_key(self._object_id, scheduled_time)
-        if self._core.run_ended(scheduled_time, key, *report):
-            self._kernel.wake()  # a queued run can take the freed slot
 
     def _record_progress(self, **extra: int) -> None:
         running, queued = self._core.running_count(), self._core.queued_count()
@@ -260,15 +196,12 @@ class DurabilityScheduleWorkflow:
     @workflow.signal(name=RUN_SETTLED_SIGNAL)
     def run_settled(self, settled: RunSettled) -> None:
         """A run stopped: free its slot and start the next queued run."""
-        # Wake the loop only when a queued run can take the freed slot: every wake-up
-        # cancels and restarts the tick timer (two more history events).
-        if self._core.settle(settled.scheduled_time, settled.outcome) and self._core.queued_count():
-            self._kernel.wake()
+        self._runs.settled(settled)
 
     @workflow.signal(name=RUN_ACKNOWLEDGED_SIGNAL)
     def run_acknowledged(self, acknowledged: RunAcknowledged) -> None:
         """A handed-over run's outcome was delivered (or dead-lettered): forget the run."""
-        self._run_ended(
+        self._runs.ended(
             acknowledged.scheduled_time, acknowledged.outcome, acknowledged.dead_letter_error
         )
 
