@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,7 +24,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from activities.ledger import compile_passthrough, ledger_activities
-from tests.support.helpers import HISTORY_DIR, eventually, temporal
+from tests.support.helpers import eventually, recording_histories, save_history, temporal
 from tests.support.ledger import (
     Answer,
     LedgerServer,
@@ -60,11 +59,10 @@ def http_input(**overrides: Any) -> LedgerInput:
 async def record_history(
     client: Client, workflow_id: str, name: str, run_id: str | None = None
 ) -> None:
-    """With DURABILITY_RECORD_HISTORIES=1, save a history for the replay test."""
-    if os.environ.get("DURABILITY_RECORD_HISTORIES") == "1":
+    """When recording histories, save this run's as `ledger_<name>` for the replay test."""
+    if recording_histories():
         history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        recorded = {"workflow_id": workflow_id, "history": history.to_json_dict()}
-        (HISTORY_DIR / f"ledger_{name}.json").write_text(json.dumps(recorded, indent=1))
+        save_history(f"ledger_{name}", history)
 
 
 async def start_ledger(

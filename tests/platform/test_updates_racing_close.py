@@ -28,7 +28,8 @@ from temporalio.worker import Worker
 
 from durability.client import DurabilityClient, UnansweredError
 from tests.ledger.test_ledger_workflow import live_ledger, settled
-from tests.schedule.test_schedule_workflow import Recorder, live_schedule, runs_of
+from tests.schedule.test_schedule_workflow import live_schedule, runs_of
+from tests.support.fakes import ScheduleFake
 from tests.support.helpers import eventually, production_replayer, record_history, replay_each
 from tests.support.ledger import intent, operations
 from workflows.kernel import CLOSE_WITHOUT_UPDATE_PATCH
@@ -116,7 +117,7 @@ def waits(event: HistoryEvent) -> bool:
 async def test_updates_racing_a_schedules_continue_as_new_are_never_aborted(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     schedule = {"expression": "@every 1s", "version": 1, "params": {"sleep_ms": 3000}}
     async with live_schedule(
         client, task_queue, unique, recorder, schedule, continue_as_new_after_events=10

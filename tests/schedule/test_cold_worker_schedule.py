@@ -15,7 +15,6 @@ test (`test_redeliver_after_a_failed_redelivery_on_a_cold_worker`).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import time
 from collections.abc import Awaitable, Callable
@@ -26,7 +25,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
 from tests.support.cold_worker import (
-    ScheduleActivities,
+    ColdScheduleFake,
     activity_worker,
     assert_healthy_and_updated,
     cold_names,
@@ -38,13 +37,13 @@ from tests.support.cold_worker import (
 from tests.support.helpers import eventually
 
 YEARLY = "0 0 1 1 *"
-Step = Callable[[WorkflowHandle[Any, Any], ScheduleActivities], Awaitable[None]]
+Step = Callable[[WorkflowHandle[Any, Any], ColdScheduleFake], Awaitable[None]]
 DAY_MS = 86_400_000
 
 
-async def _trigger_and_wait(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> int:
+async def _trigger_and_wait(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> int:
     scheduled: int = await handle.execute_update("trigger", {}, result_type=int)
-    await eventually(lambda: scheduled in acts.delivered, timeout=30)
+    await eventually(lambda: scheduled in acts.accepted, timeout=30)
     return scheduled
 
 
@@ -56,7 +55,7 @@ def _after(event_id: int) -> Callable[[HistoryEvent], bool]:
     return lambda e: e.event_id > event_id
 
 
-async def _dead_letter(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> str:
+async def _dead_letter(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> str:
     """Trigger a run of the live version whose outcome the activity refuses: return its
     idempotency key once its dead letter is kept, the run forgotten and nothing is pending
     (the activity accepts outcomes again from then on)."""
@@ -83,7 +82,7 @@ async def _dead_letter(handle: WorkflowHandle[Any, Any], acts: ScheduleActivitie
 # --- the completions: each drives the schedule until a task that applied one has completed
 
 
-async def run_completion(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
+async def run_completion(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
     """A run's child completes (its completion is its acknowledgement)."""
     since = await _last_event_id(handle)
     await handle.execute_update("set", {"expression": YEARLY, "version": 1})
@@ -92,7 +91,7 @@ async def run_completion(handle: WorkflowHandle[Any, Any], acts: ScheduleActivit
     await wait_for_applied(handle, "CHILD_WORKFLOW_EXECUTION_COMPLETED", _after(since))
 
 
-async def lifecycle_completion(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
+async def lifecycle_completion(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
     """The `due` lifecycle activity completes while the run is still going."""
     since = await _last_event_id(handle)
     await handle.execute_update(
@@ -103,7 +102,7 @@ async def lifecycle_completion(handle: WorkflowHandle[Any, Any], acts: ScheduleA
     await wait_for_applied(handle, "ACTIVITY_TASK_COMPLETED", _after(since))
 
 
-async def tick_while_busy(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
+async def tick_while_busy(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
     """A tick fires while the only slot is busy: its run is queued."""
     since = await _last_event_id(handle)
     await handle.execute_update(
@@ -119,7 +118,7 @@ async def tick_while_busy(handle: WorkflowHandle[Any, Any], acts: ScheduleActivi
     await wait_for_applied(handle, "TIMER_FIRED", _after(since))
 
 
-async def settle_signal(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
+async def settle_signal(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
     """A queued run waits for the only slot, held by a run whose outcome delivery is slow:
     the run took the last free slot, so it frees it by signal (`run_settled`)."""
     since = await _last_event_id(handle)
@@ -140,7 +139,7 @@ async def settle_signal(handle: WorkflowHandle[Any, Any], acts: ScheduleActiviti
     )
 
 
-async def redelivery_completion(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
+async def redelivery_completion(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
     """A dead letter's redelivery completes: its outcome activity (scheduled by the schedule
     itself) delivered, so the letter leaves `dead_letters`.
 
@@ -152,28 +151,28 @@ async def redelivery_completion(handle: WorkflowHandle[Any, Any], acts: Schedule
     acts.expression = YEARLY
     key = await _dead_letter(handle, acts)
     await _redelivery_ended(handle, acts, key, "ACTIVITY_TASK_COMPLETED")
-    assert acts.delivered_keys.count(key) == 1, acts.delivered_keys
+    assert acts.accepted_keys.count(key) == 1, acts.accepted_keys
 
 
 async def _redeliver_after_a_task_with_no_command(
-    handle: WorkflowHandle[Any, Any], acts: ScheduleActivities, key: str
+    handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake, key: str
 ) -> int:
     """Send `redeliver` of `key` with the outcome activity held, then a `run_settled` that
     settles nothing (a workflow task with no command), and let the activity go only once
     that task completed: its end is applied in the task right after it. Returns the last
     event ID from before the `redeliver`."""
     since = await _last_event_id(handle)
-    acts.outcome_gate = asyncio.Event()
+    acts.outcomes_open.clear()
     assert await handle.execute_update("redeliver", {"idempotency_key": key}) is True
     nothing_settled = {"scheduled_time": 0, "outcome": {"status": "complete"}}
     await handle.signal("durability.run_settled", nothing_settled)
     await wait_for_applied(handle, "WORKFLOW_EXECUTION_SIGNALED", _after(since))
-    acts.outcome_gate.set()
+    acts.outcomes_open.set()
     return since
 
 
 async def _redelivery_ended(
-    handle: WorkflowHandle[Any, Any], acts: ScheduleActivities, key: str, end: str
+    handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake, key: str, end: str
 ) -> None:
     """Redeliver `key` after a task with no command (see below) and wait until the end
     (`ACTIVITY_TASK_COMPLETED` or `ACTIVITY_TASK_FAILED`) of its outcome activity is applied,
@@ -231,12 +230,12 @@ COMPLETIONS: dict[str, Step] = {
 # --- the messages: each is sent at once to the new worker, then checked as applied
 
 
-async def set_update(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
+async def set_update(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
     assert await handle.execute_update("set", {"expression": YEARLY, "version": 2}) is True
     assert (await handle.query("get"))["version"] == 2
 
 
-async def set_signal(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
+async def set_signal(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
     await handle.signal("set", {"expression": YEARLY, "version": 2})
 
     async def stored() -> bool:
@@ -245,12 +244,12 @@ async def set_signal(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities)
     await eventually(stored)
 
 
-async def cancel_update(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
+async def cancel_update(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
     assert await handle.execute_update("cancel", {}) is True
     assert await handle.query("get") is None
 
 
-async def cancel_signal(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
+async def cancel_signal(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
     await handle.signal("cancel", {})
 
     async def cancelled() -> bool:
@@ -259,22 +258,22 @@ async def cancel_signal(handle: WorkflowHandle[Any, Any], acts: ScheduleActiviti
     await eventually(cancelled)
 
 
-async def trigger(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
+async def trigger(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
     await _trigger_and_wait(handle, acts)
 
 
-async def pause(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
+async def pause(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
     assert await handle.execute_update("pause", {}) is True
     assert await handle.query("paused") is True
 
 
-async def unpause(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
+async def unpause(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
     # Paused before the completion (see `test_message_after_completion_on_a_cold_worker`).
     assert await handle.execute_update("unpause", {}) is True
     assert await handle.query("paused") is False
 
 
-async def backfill(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
+async def backfill(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
     # A range with 1 occurrence of the yearly expression, or 3 of `@every 1s`, long past.
     # The expression is the one the completion set, not a query's: a query would bring the
     # workflow into the new worker's cache before the update.
@@ -289,19 +288,19 @@ async def backfill(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -
     acts.expected.extend(times)  # delivered by the end of the test
 
 
-async def redeliver(handle: WorkflowHandle[Any, Any], acts: ScheduleActivities) -> None:
+async def redeliver(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
     # The dead letter made before the completion (see the test) is the only outcome refused
     # and not delivered since; the outcome activity accepts it now. Its key comes from the
     # activity, not from a query: a query would bring the workflow into the new worker's
     # cache before the update.
-    (key,) = [k for k in acts.refused if k not in acts.delivered_keys]
+    (key,) = [k for k in acts.refused if k not in acts.accepted_keys]
     assert await handle.execute_update("redeliver", {"idempotency_key": key}) is True
 
     async def delivered_again() -> bool:
-        return key in acts.delivered_keys and await handle.query("dead_letters") == []
+        return key in acts.accepted_keys and await handle.query("dead_letters") == []
 
     await eventually(delivered_again, timeout=30)
-    assert acts.delivered_keys.count(key) == 1, acts.delivered_keys
+    assert acts.accepted_keys.count(key) == 1, acts.accepted_keys
 
 
 MESSAGES: dict[str, Step] = {
@@ -351,8 +350,8 @@ async def test_message_after_completion_on_a_cold_worker(
     client: Client, completion: str, message: str
 ) -> None:
     suffix, task_queue, activity_queue = cold_names()
-    acts = ScheduleActivities()
-    async with activity_worker(client, activity_queue, acts.all()):
+    acts = ColdScheduleFake()
+    async with activity_worker(client, activity_queue, acts.activities()):
         async with workflow_worker(client, task_queue):
             handle = await _start_schedule(client, suffix, task_queue, activity_queue)
             if message == "redeliver":
@@ -371,7 +370,7 @@ async def test_message_after_completion_on_a_cold_worker(
             assert await handle.execute_update("set", {"expression": YEARLY, "version": 10})
             await _trigger_and_wait(handle, acts)
             await eventually(lambda: _no_runs_left(handle), timeout=30)
-    assert set(acts.expected) <= set(acts.delivered)
+    assert set(acts.expected) <= set(acts.accepted)
     await assert_healthy_and_updated(client, handle)
 
 
@@ -392,8 +391,8 @@ async def test_redeliver_after_a_failed_redelivery_on_a_cold_worker(client: Clie
     "already being redelivered". With the barrier, the update gets an activation of its own.
     """
     suffix, task_queue, activity_queue = cold_names()
-    acts = ScheduleActivities()
-    async with activity_worker(client, activity_queue, acts.all()):
+    acts = ColdScheduleFake()
+    async with activity_worker(client, activity_queue, acts.activities()):
         async with workflow_worker(client, task_queue):
             handle = await _start_schedule(client, suffix, task_queue, activity_queue)
             await handle.execute_update("set", {"expression": YEARLY, "version": 1})
@@ -402,18 +401,19 @@ async def test_redeliver_after_a_failed_redelivery_on_a_cold_worker(client: Clie
             # command) has completed: the failure is applied in the task right after it.
             acts.refusing = True
             await _redelivery_ended(handle, acts, key, "ACTIVITY_TASK_FAILED")
-            assert acts.refused.count(key) == 2 and key not in acts.delivered_keys, acts.refused
-            acts.refusing, acts.outcome_gate = False, None
+            assert acts.refused.count(key) == 2 and key not in acts.accepted_keys, acts.refused
+            acts.refusing = False
+            acts.outcomes_open.set()
         # The only workflow worker is gone; a new one starts with nothing cached and gets the
         # update at once (no query before it).
         async with workflow_worker(client, task_queue):
             assert await handle.execute_update("redeliver", {"idempotency_key": key}) is True
 
             async def delivered_again() -> bool:
-                return key in acts.delivered_keys and await handle.query("dead_letters") == []
+                return key in acts.accepted_keys and await handle.query("dead_letters") == []
 
             await eventually(delivered_again, timeout=30)
-            assert acts.delivered_keys.count(key) == 1, acts.delivered_keys
+            assert acts.accepted_keys.count(key) == 1, acts.accepted_keys
     await assert_healthy_and_updated(client, handle)
 
 
@@ -431,8 +431,8 @@ async def test_trigger_after_a_run_ends_by_completion_on_a_cold_worker(client: C
     refused with no room. With the barrier, the update gets an activation of its own.
     """
     suffix, task_queue, activity_queue = cold_names()
-    acts = ScheduleActivities()
-    async with activity_worker(client, activity_queue, acts.all()):
+    acts = ColdScheduleFake()
+    async with activity_worker(client, activity_queue, acts.activities()):
         async with workflow_worker(client, task_queue):
             handle = await client.start_workflow(
                 "DurabilitySchedule",
@@ -452,7 +452,7 @@ async def test_trigger_after_a_run_ends_by_completion_on_a_cold_worker(client: C
                 "set", {"expression": YEARLY, "version": 2, "params": {"sleep_ms": 8000}}
             )
             await handle.execute_update("trigger", {})
-            await eventually(lambda: first in acts.delivered, timeout=30)
+            await eventually(lambda: first in acts.accepted, timeout=30)
             since = (await events_of(handle))[0].event_id
             await wait_for_applied(handle, "CHILD_WORKFLOW_EXECUTION_COMPLETED", _after(since))
             assert len(await handle.query("runs")) == 1, "run B still holds the last slot"
@@ -460,6 +460,6 @@ async def test_trigger_after_a_run_ends_by_completion_on_a_cold_worker(client: C
         # update at once (no query before it).
         async with workflow_worker(client, task_queue):
             third: int = await handle.execute_update("trigger", {}, result_type=int)
-            await eventually(lambda: third in acts.delivered, timeout=30)
+            await eventually(lambda: third in acts.accepted, timeout=30)
             await eventually(lambda: _no_runs_left(handle), timeout=30)
     await assert_healthy_and_updated(client, handle)

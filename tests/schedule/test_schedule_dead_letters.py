@@ -10,8 +10,8 @@ import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
+from tests.support.fakes import ScheduleFake
 from tests.support.helpers import (
-    OutcomeReceiver,
     durability_cli,
     eventually,
     record_history,
@@ -39,7 +39,7 @@ async def _start(
 async def test_dead_letters_are_kept_bounded_and_redelivered_with_their_original_key(
     client: Client, dev_server_address: str, task_queue: str, unique: str
 ) -> None:
-    receiver = OutcomeReceiver()
+    receiver = ScheduleFake(refusing=True)
     object_id = f"dead-{unique}"
     async with schedule_worker(client, task_queue, receiver.activities()):
         handle = await _start(client, task_queue, object_id, max_dead_letters=2)
@@ -76,7 +76,7 @@ async def test_dead_letters_are_kept_bounded_and_redelivered_with_their_original
         assert f"{object_id}:1" in cause.message
 
         receiver.refusing = False
-        calls_before = len(receiver.calls)
+        calls_before = len(receiver.outcomes)
         redelivered = await durability_cli(
             dev_server_address, "schedule", "redeliver", object_id, first["idempotency_key"],
             "--json",
@@ -93,11 +93,11 @@ async def test_dead_letters_are_kept_bounded_and_redelivered_with_their_original
         await handle.terminate("test done")
     # Delivered again as it was: the same run object (the same idempotency key and params)
     # and the same outcome, a first attempt of a new delivery.
-    run, outcome, attempt = receiver.calls[calls_before]
-    assert len(receiver.calls) == calls_before + 1
+    run, outcome, attempt = receiver.outcomes[calls_before]
+    assert len(receiver.outcomes) == calls_before + 1
     assert run["idempotency_key"] == first["idempotency_key"] and run["params"] == {"n": 1}
     assert outcome == {"status": "complete"} and attempt == 1
-    original = next(c for c in receiver.calls if c[0]["scheduled_time"] == triggered[1])
+    original = next(c for c in receiver.outcomes if c[0]["scheduled_time"] == triggered[1])
     assert original[0] == run
 
 
@@ -107,7 +107,7 @@ async def test_a_redelivery_going_on_at_continue_as_new_is_finished_by_the_next_
     """`redeliver` answers at once; the letter leaves the list once delivered. A run that
     continues as new mid-redelivery leaves the letter marked as being redelivered: the next
     run starts the redelivery again instead of keeping it stuck (and refusing `redeliver`)."""
-    receiver = OutcomeReceiver()
+    receiver = ScheduleFake(refusing=True)
     object_id = f"stranded-{unique}"
     async with schedule_worker(client, task_queue, receiver.activities()):
         handle = await _start(client, task_queue, object_id, continue_as_new_after_events=40)
@@ -116,12 +116,12 @@ async def test_a_redelivery_going_on_at_continue_as_new_is_finished_by_the_next_
         await eventually(lambda: _one_letter(handle), timeout=30)
         first_run = (await handle.describe()).run_id
         receiver.refusing = False
-        receiver.gate.clear()  # the redelivery hangs until the run has continued as new
+        receiver.outcomes_open.clear()  # the redelivery hangs until the run has continued as new
         await handle.execute_update("redeliver", {"idempotency_key": (await _letters(handle))[0]})
         while (await handle.describe()).run_id == first_run:
             await handle.execute_update("pause", {})  # history events, up to continue-as-new
         assert (await _letters_full(handle))[0]["redelivering"] is True
-        receiver.gate.set()
+        receiver.outcomes_open.set()
         await eventually(lambda: _no_letters(handle), timeout=30)
         record_history("schedule_parent_0_1_1_resumed_redelivery", await handle.fetch_history())
         await handle.terminate("test done")

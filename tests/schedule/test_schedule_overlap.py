@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from tests.schedule.test_schedule_workflow import Recorder, runs_of
+from tests.schedule.test_schedule_workflow import runs_of
+from tests.support.fakes import ScheduleFake
 from tests.support.helpers import eventually, schedule_worker, temporal
 
 
@@ -33,7 +34,7 @@ async def _start_with_cli(address: str, task_queue: str, object_id: str, overlap
     )  # fmt: skip
 
 
-def _skipped(recorder: Recorder) -> list[dict[str, Any]]:
+def _skipped(recorder: ScheduleFake) -> list[dict[str, Any]]:
     return [e for e in recorder.events if e["type"] == "skipped"]
 
 
@@ -46,7 +47,7 @@ async def test_ticks_while_every_slot_is_busy_follow_the_overlap_policy(
     overlap: str,
     waiting: int,
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     object_id = f"overlap-{overlap}-{unique}"
     async with schedule_worker(client, task_queue, recorder.activities()):
         await _start_with_cli(dev_server_address, task_queue, object_id, overlap)

@@ -22,7 +22,6 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from tests.schedule.test_schedule_workflow import (
-    Recorder,
     _no_runs_left,
     cancel_and_drain,
     every_second,
@@ -31,6 +30,7 @@ from tests.schedule.test_schedule_workflow import (
     set_schedule,
     start_schedule,
 )
+from tests.support.fakes import ScheduleFake
 from tests.support.helpers import eventually, schedule_worker
 from workflows import search_attributes
 
@@ -57,7 +57,7 @@ async def event_kinds(client: Client, workflow_id: str) -> list[EventType.ValueT
 async def test_an_invalid_start_input_fails_the_schedule_once_naming_the_field(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     async with schedule_worker(client, task_queue, recorder.activities()):
         handle = await client.start_workflow(
             "DurabilitySchedule",
@@ -93,7 +93,7 @@ async def test_next_tick_at_is_refreshed_when_the_tick_moves_earlier_or_over_a_m
 ) -> None:
     """README: `DurabilityNextTickAt` is never later than the real next tick and at most a
     minute earlier; it is not upserted on every tick."""
-    recorder = Recorder()
+    recorder = ScheduleFake()
     schedule = {"expression": YEARLY, "version": 1}
     async with live_schedule(client, task_queue, unique, recorder, schedule) as handle:
         new_year = (await handle.query("get"))["next_at"]
@@ -128,7 +128,7 @@ async def _published(handle: WorkflowHandle[Any, Any], expected: int | None) -> 
 async def test_pause_stops_ticks_and_unpause_skips_the_ticks_missed_while_paused(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     async with live_schedule(client, task_queue, unique, recorder, every_second()) as handle:
         await eventually(lambda: recorder.started, timeout=20)
         assert await handle.query("paused") is False
@@ -165,7 +165,7 @@ async def test_pause_stops_ticks_and_unpause_skips_the_ticks_missed_while_paused
 async def test_an_outcome_slower_than_its_timeout_is_dead_lettered_as_an_outcome_timeout(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()  # `gated_outcome`: the outcome activity never returns here
+    recorder = ScheduleFake()  # `gated_outcome`: the outcome activity never returns here
     schedule = {"expression": YEARLY, "version": 1, "params": {"gated_outcome": True}}
     outcomes = {
         "outcome_timeout_ms": 300,
@@ -203,7 +203,7 @@ async def test_activity_task_queue_sends_every_activity_of_a_schedule_to_that_qu
 ) -> None:
     """The workflows' worker has no activities; a second worker serves only the activity
     queue named in the start input (e.g. activities written in another SDK)."""
-    recorder = Recorder()
+    recorder = ScheduleFake()
     activity_queue = f"{task_queue}-activities"
     async with (
         schedule_worker(client, task_queue),
@@ -240,7 +240,7 @@ async def test_activity_task_queue_sends_every_activity_of_a_schedule_to_that_qu
 async def test_a_bad_cancel_signal_is_dropped_and_counted_and_the_schedule_stays_live(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     schedule = {"expression": YEARLY, "version": 3}
     async with live_schedule(client, task_queue, unique, recorder, schedule) as handle:
         await handle.signal("cancel", {"version": "3"})
@@ -267,7 +267,7 @@ async def test_trigger_runs_while_paused_and_is_refused_before_anything_is_recor
 ) -> None:
     """The trigger validator: with no live schedule (never set, or cancelled) a trigger is
     refused and leaves no trace in the history; while paused it runs (README)."""
-    recorder = Recorder()
+    recorder = ScheduleFake()
     async with live_schedule(client, task_queue, unique, recorder) as handle:
         refused: list[pytest.ExceptionInfo[WorkflowUpdateFailedError]] = []
         with pytest.raises(WorkflowUpdateFailedError) as never_set:
@@ -302,7 +302,7 @@ async def test_a_run_still_delivers_its_outcome_after_its_schedule_was_terminate
     """A run that took the only slot (so it reports its end by signal) is still running when
     its schedule is terminated: signalling the schedule fails, the run goes on and delivers
     its outcome."""
-    recorder = Recorder()
+    recorder = ScheduleFake()
     schedule = every_second(gated_run=True)
     async with live_schedule(
         client, task_queue, unique, recorder, schedule, max_concurrent_runs=1

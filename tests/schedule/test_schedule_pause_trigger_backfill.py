@@ -9,7 +9,7 @@ import time
 import pytest
 from temporalio.client import Client
 
-from tests.schedule.test_schedule_workflow import Recorder
+from tests.support.fakes import ScheduleFake
 from tests.support.helpers import durability_cli, eventually, schedule_worker
 from workflows.schedule.core import (
     MAX_BACKFILL_RUNS,
@@ -90,7 +90,7 @@ async def test_pause_trigger_backfill_through_the_cli_reach_the_run_activity(
 ) -> None:
     object_id = f"ptb-{unique}"
     cli = ("--task-queue", task_queue, "--json")
-    recorder = Recorder()
+    recorder = ScheduleFake()
     async with schedule_worker(client, task_queue, recorder.activities()):
         await durability_cli(
             dev_server_address, *cli, "schedule", "set", object_id, "@every 1h", "--version", "1"

@@ -32,10 +32,11 @@ import pytest
 from temporalio.client import Client, WorkflowHistory
 
 from activities.schedule import schedule_activities
+from tests.support.fakes import ScheduleFake
 from tests.support.helpers import (
     HISTORY_DIR,
-    OutcomeReceiver,
     production_replayer,
+    save_history,
     schedule_worker,
     start_dev_server,
 )
@@ -63,11 +64,6 @@ def test_histories_of_both_workflows_are_committed() -> None:
     } <= names
 
 
-def save(name: str, history: WorkflowHistory) -> None:
-    recorded = {"workflow_id": history.workflow_id, "history": json.loads(history.to_json())}
-    (HISTORY_DIR / f"{name}.json").write_text(json.dumps(recorded, indent=1))
-
-
 async def until(check: Callable[[], Awaitable[bool]]) -> None:
     while not await check():
         await asyncio.sleep(0.2)
@@ -77,7 +73,7 @@ async def record_messages(client: Client, suffix: str) -> None:
     """One slot, pause/unpause, trigger, backfill, dead letters and a redelivery."""
     task_queue = f"record-{uuid.uuid4().hex[:8]}"
     object_id = f"replay-messages{suffix}"
-    receiver = OutcomeReceiver()
+    receiver = ScheduleFake(refusing=True)
     async with schedule_worker(client, task_queue, receiver.activities()):
         handle = await client.start_workflow(
             "DurabilitySchedule",
@@ -108,8 +104,8 @@ async def record_messages(client: Client, suffix: str) -> None:
         child = await client.get_workflow_handle(
             f"schedule-run:{object_id}:{letters[-1]['scheduled_time']}"
         ).fetch_history()
-    save(f"schedule_parent{suffix}_messages", parent)
-    save(f"schedule_run{suffix}_messages", child)
+    save_history(f"schedule_parent{suffix}_messages", parent)
+    save_history(f"schedule_run{suffix}_messages", child)
     print(f"recorded {len(parent.events)} schedule events and {len(child.events)} run events")
 
 
@@ -149,8 +145,8 @@ async def record(client: Client, suffix: str) -> None:
             if e.HasField("start_child_workflow_execution_initiated_event_attributes")
         )
         child = await client.get_workflow_handle(child_id).fetch_history()
-    save(f"schedule_parent{suffix}", parent)
-    save(f"schedule_run{suffix}", child)
+    save_history(f"schedule_parent{suffix}", parent)
+    save_history(f"schedule_run{suffix}", child)
     print(f"recorded {len(parent.events)} schedule events and {len(child.events)} run events")
 
 

@@ -5,30 +5,15 @@ server does not advance time while a workflow task waits for a missing worker.)"
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from zoneinfo import ZoneInfo
 
-from temporalio import activity
 from temporalio.testing import WorkflowEnvironment
 
+from tests.support.fakes import ScheduleFake
 from tests.support.helpers import eventually, schedule_worker
 
 NEW_YORK = ZoneInfo("America/New_York")
 HOUR_MS = 3_600_000
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.runs: list[dict[str, Any]] = []
-        self.outcomes: list[dict[str, Any]] = []
-
-    @activity.defn(name="run")
-    async def run(self, run: dict[str, Any]) -> None:
-        self.runs.append(run)
-
-    @activity.defn(name="on_outcome")
-    async def on_outcome(self, run: dict[str, Any], outcome: dict[str, Any]) -> None:
-        self.outcomes.append(run)
 
 
 async def skip_to(env: WorkflowEnvironment, moment: datetime) -> None:
@@ -48,8 +33,8 @@ async def test_hourly_cron_tz_across_a_week_with_a_spring_forward(
     change = next(d for d in march if d.weekday() == 6)  # second Sunday of March
     start = (change - timedelta(days=3)).astimezone(UTC)
     await skip_to(env, start)
-    recorder = Recorder()
-    async with schedule_worker(env.client, task_queue, [recorder.run, recorder.on_outcome]):
+    recorder = ScheduleFake()
+    async with schedule_worker(env.client, task_queue, recorder.activities()):
         hourly = await env.client.start_workflow(
             "DurabilitySchedule",
             # The time-skipping server stops skipping time after this workflow continues as
@@ -64,11 +49,11 @@ async def test_hourly_cron_tz_across_a_week_with_a_spring_forward(
         )
         for _ in range(7 * 24):  # hour by hour: one long sleep outlasts the RPC timeout
             await env.sleep(timedelta(hours=1))
-        await eventually(lambda: len(recorder.outcomes) == len(recorder.runs), timeout=60)
+        await eventually(lambda: len(recorder.outcomes) == len(recorder.started), timeout=60)
         await hourly.execute_update("cancel", {})
 
     hourly_times = sorted(
-        r["scheduled_time"] for r in recorder.runs if r["object_id"] == f"h-{unique}"
+        r["scheduled_time"] for r in recorder.started if r["object_id"] == f"h-{unique}"
     )
     first = hourly_times[0]
     assert len(hourly_times) == len(set(hourly_times))
@@ -81,6 +66,6 @@ async def test_hourly_cron_tz_across_a_week_with_a_spring_forward(
     assert [m.hour for m in on_change_day] == [0, 1, *range(3, 24)]
     assert {m.utcoffset() for m in local} == {timedelta(hours=-5), timedelta(hours=-4)}
 
-    assert {r["scheduled_time"] for r in recorder.outcomes} == {
-        r["scheduled_time"] for r in recorder.runs
+    assert {run["scheduled_time"] for run, _, _ in recorder.outcomes} == {
+        r["scheduled_time"] for r in recorder.started
     }

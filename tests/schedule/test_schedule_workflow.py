@@ -3,17 +3,14 @@ FIFO queue, timeouts, outcome retries, dead letters, continue-as-new and bad inp
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
@@ -23,78 +20,11 @@ from temporalio.client import (
 )
 from temporalio.exceptions import ApplicationError
 
+from tests.support.fakes import ScheduleFake
 from tests.support.helpers import eventually, schedule_worker, temporal
 from workflows import search_attributes
 
 pytestmark = pytest.mark.cacheless
-
-
-@dataclass
-class Recorder:
-    """Activities that record what the schedule asked of them.
-
-    Behaviour comes from the run's params: `sleep_ms` (heartbeating unless
-    `no_heartbeat`), `fail` (raise ApplicationError type `Boom`), `outcome_failures`
-    (the outcome activity fails that many attempts first), `gated_outcome` (the outcome
-    activity waits until the test sets `outcome_gate`), `gated_run` (the run waits until
-    the test sets `run_gate`).
-    """
-
-    started: list[dict[str, Any]] = field(default_factory=list)
-    finished: list[int] = field(default_factory=list)
-    cancelled: list[int] = field(default_factory=list)
-    outcomes: list[tuple[dict[str, Any], dict[str, Any], int]] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
-    in_flight: int = 0
-    max_in_flight: int = 0
-    outcome_gate: asyncio.Event = field(default_factory=asyncio.Event)
-    run_gate: asyncio.Event = field(default_factory=asyncio.Event)
-    # scheduled_time of each outcome call that returned (the outcome was accepted)
-    accepted: list[int] = field(default_factory=list)
-
-    @activity.defn(name="run")
-    async def run(self, run: dict[str, Any]) -> None:
-        self.started.append(run)
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        params = run["params"]
-        try:
-            deadline = time.monotonic() + params.get("sleep_ms", 0) / 1000
-            while time.monotonic() < deadline or (
-                params.get("gated_run") and not self.run_gate.is_set()
-            ):
-                if not params.get("no_heartbeat"):
-                    activity.heartbeat()
-                await asyncio.sleep(0.05)
-        except asyncio.CancelledError:
-            self.cancelled.append(run["scheduled_time"])
-            raise
-        finally:
-            self.in_flight -= 1
-        if params.get("fail"):
-            raise ApplicationError("the run failed on purpose", type="Boom")
-        self.finished.append(run["scheduled_time"])
-
-    @activity.defn(name="on_outcome")
-    async def on_outcome(self, run: dict[str, Any], outcome: dict[str, Any]) -> None:
-        attempt = activity.info().attempt
-        self.outcomes.append((run, outcome, attempt))
-        if attempt <= run["params"].get("outcome_failures", 0):
-            raise ApplicationError(f"outcome attempt {attempt} refused", type="Refused")
-        if run["params"].get("gated_outcome"):
-            await self.outcome_gate.wait()
-        self.accepted.append(run["scheduled_time"])
-
-    @activity.defn(name="lifecycle")
-    async def lifecycle(self, event: dict[str, Any]) -> None:
-        self.events.append(event)
-
-    def delivered(self) -> list[tuple[dict[str, Any], dict[str, Any], int]]:
-        """Outcome calls that succeeded (the last attempt of each run that returned)."""
-        return [o for o in self.outcomes if o[2] > o[0]["params"].get("outcome_failures", 0)]
-
-    def activities(self) -> list[Callable[..., Any]]:
-        return [self.run, self.on_outcome, self.lifecycle]
 
 
 async def start_schedule(
@@ -122,7 +52,7 @@ async def live_schedule(
     client: Client,
     task_queue: str,
     object_id: str,
-    recorder: Recorder,
+    recorder: ScheduleFake,
     schedule: Mapping[str, Any] | None = None,
     **settings: Any,
 ) -> AsyncIterator[WorkflowHandle[Any, Any]]:
@@ -150,7 +80,7 @@ async def cancel_and_drain(handle: WorkflowHandle[Any, Any], timeout: float = 30
 async def test_runs_fire_on_time_and_their_outcomes_reach_the_outcome_activity(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     async with live_schedule(client, task_queue, unique, recorder, every_second(k="v")) as handle:
         await eventually(lambda: len(recorder.delivered()) >= 2)
         key = recorder.delivered()[0][0]["idempotency_key"]
@@ -187,7 +117,7 @@ async def test_runs_fire_on_time_and_their_outcomes_reach_the_outcome_activity(
 async def test_set_stores_only_a_higher_version_and_keeps_a_versions_picked_jitter(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     async with live_schedule(client, task_queue, unique, recorder) as handle:
         assert await set_schedule(handle, expression="@every 1s", version=5, params={"tag": "a"})
         assert not await set_schedule(handle, expression="@every 2s", version=5)
@@ -210,7 +140,7 @@ async def test_set_stores_only_a_higher_version_and_keeps_a_versions_picked_jitt
 async def test_cancel_stops_ticks_while_the_in_flight_run_still_reports(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     schedule = every_second(sleep_ms=1500)
     async with live_schedule(client, task_queue, unique, recorder, schedule) as handle:
         await eventually(lambda: recorder.started)
@@ -238,7 +168,7 @@ def _no_runs_left(handle: WorkflowHandle[Any, Any]) -> Any:
 async def test_one_slot_queues_runs_and_starts_them_in_scheduled_time_order(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     schedule = every_second(sleep_ms=1300)
     async with live_schedule(
         client, task_queue, unique, recorder, schedule, max_concurrent_runs=1
@@ -265,7 +195,7 @@ async def test_one_slot_queues_runs_and_starts_them_in_scheduled_time_order(
 async def test_a_run_past_its_timeout_is_cancelled_and_errored_as_timeout(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     schedule = every_second(sleep_ms=20_000)
     timeouts = {"run_timeout_ms": 1000, "run_heartbeat_timeout_ms": 1000}
     async with live_schedule(client, task_queue, unique, recorder, schedule, **timeouts) as handle:
@@ -287,7 +217,7 @@ async def test_a_run_past_its_timeout_is_cancelled_and_errored_as_timeout(
 async def test_a_run_whose_worker_stops_heartbeating_is_interrupted_not_rerun(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     schedule = every_second(sleep_ms=3000, no_heartbeat=True)
     async with live_schedule(
         client, task_queue, unique, recorder, schedule, run_heartbeat_timeout_ms=1000
@@ -309,7 +239,7 @@ async def test_a_run_whose_worker_stops_heartbeating_is_interrupted_not_rerun(
 async def test_a_refused_outcome_is_redelivered_as_is_until_it_is_accepted(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     schedule = every_second(fail=True, outcome_failures=2)
     retries = {"max_attempts": 5, "initial_interval_ms": 100}
     async with live_schedule(
@@ -332,7 +262,7 @@ async def test_a_refused_outcome_is_redelivered_as_is_until_it_is_accepted(
 async def test_an_outcome_refused_max_attempts_times_is_dead_lettered_and_forgotten(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     schedule = every_second(outcome_failures=99)
     retries = {"max_attempts": 3, "initial_interval_ms": 100}
     async with live_schedule(
@@ -354,7 +284,7 @@ async def test_an_outcome_refused_max_attempts_times_is_dead_lettered_and_forgot
 async def test_continue_as_new_keeps_in_flight_runs_and_duplicates_nothing(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     async with live_schedule(
         client, task_queue, unique, recorder, continue_as_new_after_events=10
     ) as handle:
@@ -416,7 +346,7 @@ async def test_continue_as_new_keeps_in_flight_runs_and_duplicates_nothing(
 async def test_continue_as_new_waits_for_short_runs_to_end_and_hands_over_nothing(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     async with live_schedule(
         client, task_queue, unique, recorder, continue_as_new_after_events=20
     ) as handle:
@@ -443,7 +373,7 @@ async def test_continue_as_new_waits_for_short_runs_to_end_and_hands_over_nothin
 async def test_bad_updates_are_rejected_naming_the_field_and_bad_signals_are_dropped(
     client: Client, task_queue: str, unique: str, dev_server_address: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     async with live_schedule(client, task_queue, unique, recorder) as handle:
         with pytest.raises(WorkflowUpdateFailedError) as rejected:
             await set_schedule(handle, expression="@every 1s", version=-1)
@@ -492,7 +422,7 @@ async def test_bad_updates_are_rejected_naming_the_field_and_bad_signals_are_dro
 async def test_a_worker_outage_collapses_missed_ticks_into_one_run_at_the_earliest(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     async with live_schedule(client, task_queue, unique, recorder, every_second()) as handle:
         await eventually(lambda: recorder.delivered())
         before = (await handle.query("get"))["next_at"]
@@ -537,7 +467,7 @@ async def test_a_run_terminated_from_outside_frees_its_slot_and_leaves_the_runs_
 ) -> None:
     """An operator terminates a stuck run: the schedule learns it from the child's closing
     (it will never report), frees the slot for the queued runs and forgets it."""
-    recorder = Recorder()
+    recorder = ScheduleFake()
     schedule = every_second(sleep_ms=60_000)
     async with live_schedule(
         client, task_queue, unique, recorder, schedule, max_concurrent_runs=1
@@ -568,7 +498,7 @@ async def test_a_slow_outcome_delivery_frees_the_slot_before_the_outcome_is_deli
     """The run's slot is freed once the run stopped (S9), not once its outcome is delivered:
     with one slot and outcome deliveries that do not return until the test lets them, the
     next run starts while the first outcome is still being delivered."""
-    recorder = Recorder()
+    recorder = ScheduleFake()
     schedule = every_second(gated_outcome=True)
     async with live_schedule(
         client, task_queue, unique, recorder, schedule, max_concurrent_runs=1
@@ -594,7 +524,7 @@ def _scheduled_time_of(attributes: Any) -> int:
 async def test_a_tick_that_finds_the_queue_full_is_skipped_with_a_lifecycle_event(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     schedule = every_second(sleep_ms=2500)
     slots = {"max_concurrent_runs": 1, "max_queued_runs": 0}
     async with live_schedule(client, task_queue, unique, recorder, schedule, **slots) as handle:
@@ -616,7 +546,7 @@ async def test_a_tick_that_finds_the_queue_full_is_skipped_with_a_lifecycle_even
 async def test_a_backfilled_time_that_already_ran_is_refused_by_its_child_id(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    recorder = Recorder()
+    recorder = ScheduleFake()
     async with live_schedule(client, task_queue, unique, recorder, every_second()) as handle:
         await eventually(lambda: recorder.delivered(), timeout=20)
         ran = recorder.delivered()[0][0]["scheduled_time"]
@@ -638,7 +568,7 @@ async def test_a_time_that_ran_is_refused_after_continue_as_new_and_a_new_versio
     """At most once (S6) does not rest on the state: the execution that backfills the time
     is not the one that ran it (continue-as-new) and a new version is live; the child
     workflow ID alone refuses the second start."""
-    recorder = Recorder()
+    recorder = ScheduleFake()
     async with live_schedule(
         client, task_queue, unique, recorder, every_second(v=1), continue_as_new_after_events=30
     ) as handle:
@@ -685,7 +615,7 @@ async def test_trigger_rejections_are_typed_and_not_retryable(
     client: Client, task_queue: str, unique: str
 ) -> None:
     """A refused update says what kind of refusal it is and that resending will not help."""
-    recorder = Recorder()
+    recorder = ScheduleFake()
     async with live_schedule(
         client, task_queue, unique, recorder, max_concurrent_runs=1, max_queued_runs=0
     ) as handle:

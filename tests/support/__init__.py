@@ -1,3 +1,8 @@
-"""Test and benchmark machinery shared by `tests/` and `bench/`: a restartable dev server
-(`server`), a fleet of worker processes (`fleet`), a recording HTTP server (`recorder`) and
-the chaos run with its checks (`chaos`). Not used by the product at run time."""
+"""What the tests (and the benchmarks) share; none of it is installed with the product.
+
+`helpers`: in-process workers, subprocess runners, replay. `fakes`: the schedule's activity
+fake. `cold_worker`: forcing the cold-worker hazard. `ledger`: the ledger tests' recording
+HTTP server and worker. `server`: a restartable dev server. `fleet`: worker processes.
+`recorder`: the recording HTTP server of the fleet tests and the chaos run. `chaos`: the
+chaos run and its checks.
+"""

@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from durability.registry import all_workflows, workflow_runner
+from tests.support.fakes import ScheduleFake
 from tests.support.helpers import eventually, production_replayer, replay_each
 
 REPLAY_S = 30
@@ -104,50 +105,14 @@ async def assert_healthy_and_updated(client: Client, handle: WorkflowHandle[Any,
 
 
 @dataclass
-class ScheduleActivities:
-    """`run`, `on_outcome` and `lifecycle` for the schedule, recording what they saw.
+class ColdScheduleFake(ScheduleFake):
+    """The schedule fake with refusals that dead-letter at once, plus what a scenario's steps
+    note for the later ones."""
 
-    Params: `sleep_ms` (the run takes that long), `outcome_failures` (the outcome activity
-    refuses that many attempts first). While `refusing`, the outcome activity refuses every
-    delivery as non-retryable: the outcome is dead-lettered at once. With an `outcome_gate`, it
-    waits until the gate is set before it does anything.
-    """
-
-    delivered: list[int] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    refusals_final: bool = True
     expected: list[int] = field(default_factory=list)  # scheduled times that must be delivered
-    refusing: bool = False
-    outcome_gate: asyncio.Event | None = None
-    refused: list[str] = field(default_factory=list)  # idempotency keys refused while refusing
-    delivered_keys: list[str] = field(default_factory=list)  # of each delivery, in order
     # The schedule expression a scenario set last, for steps that must not query the workflow.
     expression: str | None = None
-
-    @activity.defn(name="run")
-    async def run(self, run: dict[str, Any]) -> None:
-        deadline = time.monotonic() + run["params"].get("sleep_ms", 0) / 1000
-        while time.monotonic() < deadline:
-            activity.heartbeat()
-            await asyncio.sleep(0.05)
-
-    @activity.defn(name="on_outcome")
-    async def on_outcome(self, run: dict[str, Any], outcome: dict[str, Any]) -> None:
-        if self.outcome_gate is not None:
-            await self.outcome_gate.wait()
-        if self.refusing:
-            self.refused.append(run["idempotency_key"])
-            raise ApplicationError("refused", type="Refused", non_retryable=True)
-        if activity.info().attempt <= run["params"].get("outcome_failures", 0):
-            raise ApplicationError("not yet", type="NotYet")
-        self.delivered.append(run["scheduled_time"])
-        self.delivered_keys.append(run["idempotency_key"])
-
-    @activity.defn(name="lifecycle")
-    async def lifecycle(self, event: dict[str, Any]) -> None:
-        self.events.append(event)
-
-    def all(self) -> list[Callable[..., Any]]:
-        return [self.run, self.on_outcome, self.lifecycle]
 
 
 @dataclass

@@ -15,11 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.opentelemetry import TracingInterceptor
-from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
@@ -81,32 +79,6 @@ async def schedule_worker(
         **{**cache_options(), **worker_options},
     ) as worker:
         yield worker
-
-
-class OutcomeReceiver:
-    """A schedule's `run` (succeeds) and `on_outcome` (waits while `gate` is clear, then is
-    refused while `refusing`, so outcomes are dead-lettered once their attempts run out);
-    records each outcome call."""
-
-    def __init__(self) -> None:
-        self.refusing = True
-        self.gate = asyncio.Event()
-        self.gate.set()
-        self.calls: list[tuple[dict[str, Any], dict[str, Any], int]] = []
-
-    @activity.defn(name="run")
-    async def run(self, run: dict[str, Any]) -> None:
-        return None
-
-    @activity.defn(name="on_outcome")
-    async def on_outcome(self, run: dict[str, Any], outcome: dict[str, Any]) -> None:
-        await self.gate.wait()
-        self.calls.append((run, outcome, activity.info().attempt))
-        if self.refusing:
-            raise ApplicationError("receiver down", type="Unavailable")
-
-    def activities(self) -> list[Callable[..., Any]]:
-        return [self.run, self.on_outcome]
 
 
 async def start_webhook_schedule(
@@ -225,12 +197,21 @@ async def eventually(check: Callable[[], Any], timeout: float = 20.0, interval: 
 HISTORY_DIR = PROJECT_ROOT / "tests" / "histories"
 
 
+def recording_histories() -> bool:
+    """Whether this run records histories for the replay tests (DURABILITY_RECORD_HISTORIES=1)."""
+    return os.environ.get("DURABILITY_RECORD_HISTORIES") == "1"
+
+
+def save_history(name: str, history: WorkflowHistory) -> None:
+    """Save `history` as `tests/histories/<name>.json`, the form the replay tests read."""
+    recorded = {"workflow_id": history.workflow_id, "history": history.to_json_dict()}
+    (HISTORY_DIR / f"{name}.json").write_text(json.dumps(recorded, indent=1))
+
+
 def record_history(name: str, history: WorkflowHistory) -> None:
-    """With DURABILITY_RECORD_HISTORIES=1, save `history` as `tests/histories/<name>.json` for
-    the replay tests."""
-    if os.environ.get("DURABILITY_RECORD_HISTORIES") == "1":
-        recorded = {"workflow_id": history.workflow_id, "history": json.loads(history.to_json())}
-        (HISTORY_DIR / f"{name}.json").write_text(json.dumps(recorded, indent=1))
+    """When recording histories, save `history` as `tests/histories/<name>.json`."""
+    if recording_histories():
+        save_history(name, history)
 
 
 def has_completed_task(history: WorkflowHistory) -> bool:

@@ -1,7 +1,4 @@
-"""Support for the ledger tests: a recording HTTP server on 127.0.0.1 and a ledger worker.
-
-(Named `test_ledger_*` so it belongs with the ledger tests; it holds no tests itself.)
-"""
+"""Support for the ledger tests: a recording HTTP server on 127.0.0.1 and a ledger worker."""
 
 from __future__ import annotations
 
