@@ -25,7 +25,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 if TYPE_CHECKING:
-    from bench.scenarios import Ctx
+    from bench.scenarios.common import Ctx
 
 PAYLOAD_LIMIT = 2 * 1024 * 1024
 
