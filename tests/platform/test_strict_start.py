@@ -11,24 +11,21 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 
-from tests.helpers import production_replayer, schedule_worker
-from tests.test_ledger_support import ledger_worker
-from tests.test_schedule_workflow import Recorder
+from tests.support.fakes import ScheduleFake
+from tests.support.helpers import HISTORY_DIR, production_replayer, schedule_worker
+from tests.support.ledger import ledger_worker
 from workflows.ledger import core as ledger_core
 from workflows.ledger.request import FrozenRequestWorkflow
 from workflows.ledger.workflow import OperationLedgerWorkflow
 from workflows.schedule.core import ScheduleState, ScheduleWorkflowInput, parse_start
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
-
-HISTORIES = Path(__file__).parent / "histories"
 
 # (setting, value only a lax reading accepts)
 SCHEDULE_COERCED = [
@@ -73,7 +70,7 @@ def test_settings_a_run_carries_over_are_strict() -> None:
 async def test_a_new_schedule_refuses_a_converted_setting(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    async with schedule_worker(client, task_queue, Recorder().activities()):
+    async with schedule_worker(client, task_queue, ScheduleFake().activities()):
         handle = await client.start_workflow(
             "DurabilitySchedule",
             {"max_queued_runs": "2"},
@@ -104,7 +101,7 @@ async def test_a_new_ledger_refuses_a_converted_setting(
 def _with_start_input(name: str, change: dict[str, Any]) -> WorkflowHistory:
     """A committed history whose start input had `change` merged in: settings the recording
     release converted to the very values it ran with, so the commands are those recorded."""
-    recorded = json.loads((HISTORIES / name).read_text())
+    recorded = json.loads((HISTORY_DIR / name).read_text())
     attributes = recorded["history"]["events"][0]["workflowExecutionStartedEventAttributes"]
     payload = attributes["input"]["payloads"][0]
     start_input = json.loads(base64.b64decode(payload["data"])) | change
@@ -122,7 +119,7 @@ async def test_a_schedule_recorded_with_converted_settings_still_replays() -> No
 
 
 async def test_a_ledger_recorded_with_converted_settings_still_replays() -> None:
-    recorded = json.loads((HISTORIES / "ledger_continue_as_new.json").read_text())
+    recorded = json.loads((HISTORY_DIR / "ledger_continue_as_new.json").read_text())
     attributes = recorded["history"]["events"][0]["workflowExecutionStartedEventAttributes"]
     concurrency = json.loads(base64.b64decode(attributes["input"]["payloads"][0]["data"]))
     history = _with_start_input(
