@@ -23,10 +23,10 @@ run: $(STAMP)
 browser:
 	command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-# dclint (compose-spec schema + lint) for tests/test_compose.py, pinned, into .tools/.
+# dclint (compose-spec schema + lint) for tests/platform/test_compose.py, pinned, into .tools/.
 DCLINT_VERSION := 3.1.0
 DCLINT := .tools/node_modules/.bin/dclint
-# The TypeScript caller for tests/test_typescript_caller.py: installed from its lock (versions
+# The TypeScript caller for tests/platform/test_typescript_caller.py: installed from its lock (versions
 # pinned in examples/typescript/package.json) and compiled with its own tsc into dist/.
 TS_EXAMPLE := examples/typescript
 TS_INSTALLED := $(TS_EXAMPLE)/node_modules/.installed
@@ -51,13 +51,10 @@ typecheck: $(STAMP)
 pytest: $(STAMP) browser tools
 	$(PY) -m pytest -q
 
-# The tests that send every message, once more on workers that cache no workflow: every
-# workflow task is replayed from the first event, as on a worker that just started.
-CACHELESS_TESTS := tests/test_schedule_workflow.py tests/test_schedule_pause_trigger_backfill.py \
-	tests/test_schedule_paths.py tests/test_ledger_workflow.py tests/test_ledger_local_compile.py \
-	tests/test_ledger_paths.py tests/test_schedule_dead_letters.py tests/test_updates_racing_close.py
+# The tests that send every message (marked `cacheless`), once more on workers that cache no
+# workflow: every workflow task is replayed from the first event, as on a worker that just started.
 pytest-cacheless: $(STAMP)
-	DURABILITY_TEST_MAX_CACHED_WORKFLOWS=0 $(PY) -m pytest -q $(CACHELESS_TESTS)
+	DURABILITY_TEST_MAX_CACHED_WORKFLOWS=0 $(PY) -m pytest -q -m cacheless
 
 test: lint typecheck pytest pytest-cacheless
 

@@ -16,10 +16,11 @@ import uuid
 from pathlib import Path
 
 from bench import scenarios
-from bench.activities import RECORDER
-from bench.env import dev_server, load_product, worker
+from bench.env import dev_server, worker
 from bench.machine import describe, loadavg
 from bench.results import Results
+from bench.scenarios.common import Ctx
+from bench.scenarios.ledger import start_http_server
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -44,10 +45,7 @@ async def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING)
     chosen = args.scenario or list(scenarios.QUICK)
     results = Results(machine=describe())
-    http_server, ledger_url = scenarios.start_http_server()
-    product = load_product(ledger_url)
-    for note in product.notes:
-        results.note(note)
+    http_server, ledger_url = start_http_server()
     name = "quick" if args.quick else "full"
     if args.scenario:
         name = "-".join(args.scenario) + ("-quick" if args.quick else "")
@@ -67,11 +65,10 @@ async def main(args: argparse.Namespace) -> int:
             )
             print(f"dev server up ({results.server}); scenarios: {', '.join(chosen)}", flush=True)
             queue = f"bench-{uuid.uuid4().hex[:8]}"
-            async with worker(env.client, product, task_queue=queue):
-                ctx = scenarios.Ctx(
+            async with worker(env.client, ledger_url, task_queue=queue):
+                ctx = Ctx(
                     client=env.client,
                     task_queue=queue,
-                    product=product,
                     quick=args.quick,
                     results=results,
                     ledger_url=ledger_url,
@@ -90,7 +87,6 @@ async def main(args: argparse.Namespace) -> int:
                     partial.write_text(results.markdown(f"{title} (partial: up to {scenario})"))
     finally:
         http_server.shutdown()
-        await RECORDER.close()
     results.note(
         "lateness = wall time when the worker starts the run's activity minus the time the run "
         "was due (durability: the run's `due_at`; native: TemporalScheduledStartTime; chain: "

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from temporalio import activity
 
 
@@ -39,18 +38,6 @@ class Recorder:
         default_factory=lambda: defaultdict(list)
     )
     noops: int = 0
-    http_base_url: str = ""
-    _http: httpx.AsyncClient | None = None
-
-    def http(self) -> httpx.AsyncClient:
-        if self._http is None:
-            self._http = httpx.AsyncClient(timeout=10.0)
-        return self._http
-
-    async def close(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
 
 
 RECORDER = Recorder()
@@ -94,43 +81,10 @@ async def bench_noop() -> None:
     RECORDER.noops += 1
 
 
-@activity.defn(name="bench_compile")
-async def bench_compile(intent: dict[str, Any], request_id: str) -> dict[str, Any]:
-    """Pass-through compile for the ledger, when the product has none built in."""
-    canvases = sorted(set(intent.get("participants") or []))
-    return {
-        "kind": intent["operation_type"],
-        "payload": intent.get("payload"),
-        "canvas_ids": canvases,
-        "expected_versions": dict.fromkeys(canvases, 0),
-        "protocol_version": intent.get("protocol_version", 1),
-    }
-
-
-@activity.defn(name="bench_submit")
-async def bench_submit(request: dict[str, Any]) -> dict[str, Any]:
-    """HTTP submit to the local server, when the product has none built in."""
-    response = await RECORDER.http().post(
-        f"{RECORDER.http_base_url}/requests",
-        json=request,
-        headers={"Idempotency-Key": str(request.get("idempotency_key", request["id"]))},
-    )
-    return dict(response.json())
-
-
-@activity.defn(name="bench_query")
-async def bench_query(request: dict[str, Any]) -> dict[str, Any]:
-    response = await RECORDER.http().get(f"{RECORDER.http_base_url}/requests/{request['id']}")
-    return dict(response.json())
-
-
 BENCH_ACTIVITIES: list[Callable[..., Any]] = [
     bench_run,
     bench_sleep_run,
     bench_outcome,
     bench_mark,
     bench_noop,
-    bench_compile,
-    bench_submit,
-    bench_query,
 ]

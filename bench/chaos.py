@@ -1,6 +1,7 @@
-"""`python -m bench.chaos`: the long chaos run (issue 6), the fast one being tests/test_chaos.py.
+"""`python -m bench.chaos`: the long chaos run (issue 6), the fast one being
+tests/platform/test_chaos.py.
 
-A 3-worker fleet of real `python worker.py` processes against its own file-backed dev server:
+A 3-worker fleet of real `python -m worker` processes against its own file-backed dev server:
 20 schedules at `@every 1s` through HTTP webhooks and 500 ledger operations (with
 dependencies, over several ledgers and canvases) against one recording HTTP server, while a
 random worker is SIGKILLed every few seconds and started again, and the dev server is
@@ -19,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from durability.testing.chaos import ChaosConfig, ChaosReport, run_chaos
+from tests.support.chaos import ChaosConfig, ChaosReport, run_chaos
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -3,67 +3,24 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.ledger import ledger_activities
+from activities.schedule import schedule_activities
 from bench.activities import BENCH_ACTIVITIES
 from bench.workflows import BENCH_WORKFLOWS
 from durability.connect import data_converter
 from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli
-from durability.registry import workflow_runner
+from durability.registry import all_workflows, workflow_runner
 from workflows import search_attributes
-
-
-@dataclass
-class Product:
-    """Which product sides exist in this checkout (the product is written in parallel)."""
-
-    workflows: list[type] = field(default_factory=list)
-    activities: list[Callable[..., Any]] = field(default_factory=list)
-    schedule: bool = False
-    ledger: bool = False
-    notes: list[str] = field(default_factory=list)
-
-
-def load_product(ledger_url: str) -> Product:
-    """The product's workflows and built-in activities; the ledger's HTTP ones at `ledger_url`."""
-    product = Product()
-    try:
-        shell = importlib.import_module("workflows.schedule.workflow")
-        run = importlib.import_module("workflows.schedule.run")
-        product.workflows += [shell.DurabilityScheduleWorkflow, run.ScheduledRunWorkflow]
-        product.schedule = True
-    except Exception as error:  # not written yet, or broken: bench the rest
-        product.notes.append(f"schedule workflows unavailable: {type(error).__name__}: {error}")
-    try:
-        ledger = importlib.import_module("workflows.ledger.workflow")
-        request = importlib.import_module("workflows.ledger.request")
-        product.workflows += [ledger.OperationLedgerWorkflow, request.FrozenRequestWorkflow]
-        product.ledger = True
-    except Exception as error:
-        product.notes.append(f"ledger workflows unavailable: {type(error).__name__}: {error}")
-    try:
-        product.activities += list(
-            importlib.import_module("activities.schedule").schedule_activities()
-        )
-    except Exception as error:
-        product.notes.append(f"activities.schedule unavailable: {type(error).__name__}: {error}")
-    try:
-        module = importlib.import_module("activities.ledger")
-        product.activities += list(module.ledger_activities(ledger_url))
-    except Exception as error:
-        product.notes.append(f"activities.ledger unavailable: {type(error).__name__}: {error}")
-    return product
 
 
 @contextlib.asynccontextmanager
@@ -89,17 +46,18 @@ async def dev_server(file_backed: bool) -> AsyncIterator[tuple[WorkflowEnvironme
 
 @contextlib.asynccontextmanager
 async def worker(
-    client: Client, product: Product, *, task_queue: str | None = None
+    client: Client, ledger_url: str, *, task_queue: str | None = None
 ) -> AsyncIterator[Worker]:
-    """One in-process worker: the product's workflows and activities plus the bench's own."""
+    """One in-process worker: the product's workflows and built-in activities (the ledger's HTTP
+    ones calling `ledger_url`) plus the bench's own."""
     queue = task_queue or f"bench-{uuid.uuid4().hex[:8]}"
     bench_activities = list(BENCH_ACTIVITIES)
     with ThreadPoolExecutor(max_workers=500) as executor:
         w = Worker(
             client,
             task_queue=queue,
-            workflows=[*product.workflows, *BENCH_WORKFLOWS],
-            activities=[*product.activities, *bench_activities],
+            workflows=[*all_workflows(), *BENCH_WORKFLOWS],
+            activities=[*schedule_activities(), *ledger_activities(ledger_url), *bench_activities],
             activity_executor=executor,
             workflow_runner=workflow_runner(),
             max_concurrent_workflow_tasks=200,

@@ -93,9 +93,7 @@ def main() -> int:
         wait_for_port(HOST, PORT, 60, server)
         env = dict(os.environ, TEMPORAL_ADDRESS=f"{HOST}:{PORT}")
         env.setdefault("DURABILITY_WEBHOOK_ALLOWED_URLS", LOCAL_WEBHOOK_ALLOWED_URLS)
-        worker = subprocess.Popen(
-            [sys.executable, str(PROJECT_ROOT / "worker.py")], env=env, start_new_session=True
-        )
+        worker = subprocess.Popen([sys.executable, "-m", "worker"], env=env, start_new_session=True)
         print(
             f"\nTemporal UI:      http://{HOST}:{UI_PORT}\n"
             f"Temporal server:  {HOST}:{PORT} (database {DATA_DIR / 'temporal.db'}, "

@@ -19,8 +19,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from durability.connect import data_converter, interceptors
 from durability.devserver import test_server
-from durability.testing.server import free_port
-from tests.helpers import start_dev_server
+from tests.support.helpers import start_dev_server
+from tests.support.server import free_port
 from workflows import search_attributes
 
 # pytest-timeout's report of a hung test shows only the event loop waiting; this many seconds

@@ -1,0 +1,224 @@
+"""OperationLedger on a cold worker: every kind of completion that can end a workflow task,
+then every message it accepts, sent at once to a worker that starts with an empty cache;
+then a third worker, cold too, must replay that and keep resolving operations with their
+own frozen bodies."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+
+from tests.support.cold_worker import (
+    LedgerActivities,
+    activity_worker,
+    assert_healthy_and_updated,
+    cold_names,
+    wait_for_applied,
+    workflow_worker,
+)
+from tests.support.helpers import eventually
+
+
+def op(op_id: str, canvas: str | None, *dependencies: str, **payload: Any) -> dict[str, Any]:
+    """An intent whose payload names its own operation (to catch a body frozen for another)."""
+    return {
+        "id": op_id,
+        "operation_type": "shape.update",
+        "participants": [] if canvas is None else [canvas],
+        "dependencies": list(dependencies),
+        "payload": {"op": op_id, **payload},
+    }
+
+
+@dataclass
+class Case:
+    handle: WorkflowHandle[Any, Any]
+    acts: LedgerActivities
+    token: str | None = None
+    stopped: bool = False
+    checks: list[str] = field(default_factory=list)
+
+
+async def phases(handle: WorkflowHandle[Any, Any]) -> dict[str, str]:
+    snap = await handle.query("snapshot")
+    return {o["id"]: o["phase"] for o in snap["operations"]}
+
+
+async def enqueue(handle: WorkflowHandle[Any, Any], *intents: dict[str, Any]) -> Any:
+    return await handle.execute_update("enqueue", {"operations": list(intents)})
+
+
+async def until_phase(handle: WorkflowHandle[Any, Any], op_id: str, *wanted: str) -> None:
+    async def reached() -> bool:
+        return (await phases(handle)).get(op_id) in wanted
+
+    await eventually(reached, timeout=30)
+
+
+# --- completions
+
+
+async def request_end(case: Case) -> None:
+    """A request resolves: its `request_finished` signal, then its child's completion."""
+    await enqueue(case.handle, op("A", "c0"))
+    await until_phase(case.handle, "A", "resolved")
+    await wait_for_applied(case.handle, "CHILD_WORKFLOW_EXECUTION_COMPLETED")
+
+
+async def compile_result(case: Case) -> None:
+    """A compile activity's result (the task also starts the request's child)."""
+    await enqueue(case.handle, op("A", "c0"))
+    await wait_for_applied(case.handle, "ACTIVITY_TASK_COMPLETED")
+
+
+async def blocked_compile(case: Case) -> None:
+    """A compile activity fails: the operation is blocked, nothing starts."""
+    await enqueue(case.handle, op("A", "c0", compile_error=True))
+    await until_phase(case.handle, "A", "blocked")
+    await wait_for_applied(case.handle, "ACTIVITY_TASK_FAILED")
+
+
+async def failed_child(case: Case) -> None:
+    """A request's child ends without reporting (terminated from outside)."""
+    await enqueue(case.handle, op("A", "c0", submit_ms=20_000))
+    await eventually(lambda: case.acts.sent, timeout=30)
+    request_id = case.acts.sent[0]["id"]
+    ledger_id = case.handle.id.removeprefix("ledger:")
+    child = case.handle._client.get_workflow_handle(f"request:{ledger_id}:{request_id}")
+    await child.terminate("the cold-worker test ends this request")
+    await wait_for_applied(case.handle, "CHILD_WORKFLOW_EXECUTION_TERMINATED")
+
+
+COMPLETIONS: dict[str, Callable[[Case], Awaitable[None]]] = {
+    "request_end": request_end,
+    "compile_result": compile_result,
+    "blocked_compile": blocked_compile,
+    "failed_child": failed_child,
+}
+
+
+# --- messages (sent at once to the new worker)
+
+NEXT = (op("B", "c1", "A"), op("C", "c2"))
+
+
+async def enqueue_update(case: Case) -> None:
+    result = await enqueue(case.handle, *NEXT)
+    assert result == {"accepted": ["B", "C"], "duplicates": []}
+
+
+async def enqueue_signal(case: Case) -> None:
+    await case.handle.signal("enqueue", {"operations": list(NEXT)})
+    await until_phase(case.handle, "C", "pending", "dispatched", "resolved")
+
+
+async def hold(case: Case) -> None:
+    case.token = await case.handle.execute_update("hold", {}, result_type=str)
+    assert (await case.handle.query("snapshot"))["held"] is True
+
+
+async def release(case: Case) -> None:
+    assert case.token is not None
+    assert await case.handle.execute_update("release", {"token": case.token}) is True
+    case.token = None
+    assert (await case.handle.query("snapshot"))["held"] is False
+
+
+async def resume_update(case: Case) -> None:
+    result = await case.handle.execute_update("resume", {})
+    assert isinstance(result["resumed"], list)
+
+
+async def resume_signal(case: Case) -> None:
+    await case.handle.signal("resume", {})
+
+
+async def skip_update(case: Case) -> None:
+    assert await case.handle.execute_update("skip", {"operation_id": "D"}) is True
+    await until_phase(case.handle, "D", "resolved")
+
+
+async def skip_signal(case: Case) -> None:
+    await case.handle.signal("skip", {"operation_id": "D"})
+    await until_phase(case.handle, "D", "resolved")
+
+
+async def stop(case: Case) -> None:
+    final = await case.handle.execute_update("stop", {})
+    assert final["stopped"] is True
+    case.stopped = True
+
+
+MESSAGES: dict[str, Callable[[Case], Awaitable[None]]] = {
+    "enqueue_update": enqueue_update,
+    "enqueue_signal": enqueue_signal,
+    "hold": hold,
+    "release": release,
+    "resume_update": resume_update,
+    "resume_signal": resume_signal,
+    "skip_update": skip_update,
+    "skip_signal": skip_signal,
+    "stop": stop,
+}
+
+
+async def progress(case: Case) -> None:
+    """Release any hold, enqueue two more operations and see everything resolvable resolve."""
+    handle = case.handle
+    if case.token is not None:
+        await handle.execute_update("release", {"token": case.token})
+    await enqueue(handle, op("E", "c3"), op("F", "c4", "E"))
+    await until_phase(handle, "F", "resolved")
+    current = await phases(handle)
+    if current.get("A") == "resolved" and "B" in current:
+        await until_phase(handle, "B", "resolved")
+
+
+@pytest.mark.parametrize("message", sorted(MESSAGES))
+@pytest.mark.parametrize("completion", sorted(COMPLETIONS))
+async def test_message_after_completion_on_a_cold_worker(
+    client: Client, completion: str, message: str
+) -> None:
+    suffix, task_queue, activity_queue = cold_names()
+    acts = LedgerActivities()
+    start = {"activity_task_queue": activity_queue, "concurrency": 4}
+    async with activity_worker(client, activity_queue, acts.all()):
+        async with workflow_worker(client, task_queue):
+            handle = await client.start_workflow(
+                "OperationLedger", start, id=f"ledger:cold-{suffix}", task_queue=task_queue
+            )
+            case = Case(handle=handle, acts=acts)
+            # D has no participants: blocked until skipped (the skip messages need it).
+            await enqueue(handle, op("D", None))
+            if message == "release":
+                await _hold_while(case, COMPLETIONS[completion])
+            else:
+                await COMPLETIONS[completion](case)
+        async with workflow_worker(client, task_queue):
+            await MESSAGES[message](case)
+        async with workflow_worker(client, task_queue):
+            if case.stopped:
+                result = await handle.result()
+                assert result["stopped"] is True
+                assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
+            else:
+                await progress(case)
+    # Every frozen body that was sent carries its own operation's payload.
+    for body in acts.sent:
+        assert [body["payload"]["op"]] == body["operation_ids"], body
+    await assert_healthy_and_updated(client, handle)
+
+
+async def _hold_while(case: Case, completion: Callable[[Case], Awaitable[None]]) -> None:
+    """Take a hold once the completion's operation is admitted, so `release` has a token."""
+
+    async def admitted_then_held() -> None:
+        await until_phase(case.handle, "A", "dispatched", "resolved", "blocked")
+        case.token = await case.handle.execute_update("hold", {}, result_type=str)
+
+    await asyncio.gather(completion(case), admitted_then_held())

@@ -1,0 +1,465 @@
+"""DurabilitySchedule on a cold worker: every kind of completion that can end a workflow task,
+then every message it accepts, sent at once to a worker that starts with an empty cache.
+
+Without the progress barrier (`workflows.kernel`), `run_completion` x `trigger` can fail
+its workflow tasks with BAD_CANCEL_TIMER_ATTRIBUTES and get the update refused. The schedule
+wakes on a run's end only when a run is queued, and with one slot the run frees it by
+`run_settled` first, so that pair passes even with the barrier in `_watch_run` removed:
+`test_trigger_after_a_run_ends_by_completion_on_a_cold_worker` is the case that needs it.
+
+`redeliver` needs a dead letter: for it, one is made before the completion (`_dead_letter`),
+which is why each completion waits only for events that came after it began. A failed
+redelivery followed by `redeliver` of its key, which the matrix does not reach, has its own
+test (`test_redeliver_after_a_failed_redelivery_on_a_cold_worker`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client, WorkflowHandle
+
+from tests.support.cold_worker import (
+    ColdScheduleFake,
+    activity_worker,
+    assert_healthy_and_updated,
+    cold_names,
+    events_of,
+    kind,
+    wait_for_applied,
+    workflow_worker,
+)
+from tests.support.helpers import eventually
+
+YEARLY = "0 0 1 1 *"
+Step = Callable[[WorkflowHandle[Any, Any], ColdScheduleFake], Awaitable[None]]
+DAY_MS = 86_400_000
+
+
+async def _trigger_and_wait(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> int:
+    scheduled: int = await handle.execute_update("trigger", {}, result_type=int)
+    await eventually(lambda: scheduled in acts.accepted, timeout=30)
+    return scheduled
+
+
+async def _last_event_id(handle: WorkflowHandle[Any, Any]) -> int:
+    return (await events_of(handle))[-1].event_id
+
+
+def _after(event_id: int) -> Callable[[HistoryEvent], bool]:
+    return lambda e: e.event_id > event_id
+
+
+async def _dead_letter(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> str:
+    """Trigger a run of the live version whose outcome the activity refuses: return its
+    idempotency key once its dead letter is kept, the run forgotten and nothing is pending
+    (the activity accepts outcomes again from then on)."""
+    acts.refusing = True
+    scheduled: int = await handle.execute_update("trigger", {}, result_type=int)
+
+    async def kept() -> list[dict[str, Any]] | None:
+        letters = [
+            d for d in await handle.query("dead_letters") if d["scheduled_time"] == scheduled
+        ]
+        pending = (await handle.describe()).raw_description
+        if pending.pending_activities or pending.pending_children or await handle.query("runs"):
+            return None
+        return letters
+
+    (letter,) = await eventually(kept, timeout=30)
+    acts.refusing = False
+    key = str(letter["idempotency_key"])
+    assert acts.refused[-1] == key and acts.refused.count(key) == 1, acts.refused
+    assert letter["redelivering"] is False, letter
+    return key
+
+
+# --- the completions: each drives the schedule until a task that applied one has completed
+
+
+async def run_completion(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    """A run's child completes (its completion is its acknowledgement)."""
+    since = await _last_event_id(handle)
+    await handle.execute_update("set", {"expression": YEARLY, "version": 1})
+    acts.expression = YEARLY
+    await _trigger_and_wait(handle, acts)
+    await wait_for_applied(handle, "CHILD_WORKFLOW_EXECUTION_COMPLETED", _after(since))
+
+
+async def lifecycle_completion(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    """The `due` lifecycle activity completes while the run is still going."""
+    since = await _last_event_id(handle)
+    await handle.execute_update(
+        "set", {"expression": YEARLY, "version": 1, "params": {"sleep_ms": 2500}}
+    )
+    acts.expression = YEARLY
+    await handle.execute_update("trigger", {})
+    await wait_for_applied(handle, "ACTIVITY_TASK_COMPLETED", _after(since))
+
+
+async def tick_while_busy(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    """A tick fires while the only slot is busy: its run is queued."""
+    since = await _last_event_id(handle)
+    await handle.execute_update(
+        "set", {"expression": "@every 1s", "version": 1, "params": {"sleep_ms": 1500}}
+    )
+    acts.expression = "@every 1s"
+
+    async def queued() -> bool:
+        runs = await handle.query("runs")
+        return any(run["state"] == "queued" for run in runs)
+
+    await eventually(queued, timeout=20)
+    await wait_for_applied(handle, "TIMER_FIRED", _after(since))
+
+
+async def settle_signal(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    """A queued run waits for the only slot, held by a run whose outcome delivery is slow:
+    the run took the last free slot, so it frees it by signal (`run_settled`)."""
+    since = await _last_event_id(handle)
+    await handle.execute_update(
+        "set", {"expression": YEARLY, "version": 1, "params": {"outcome_failures": 1}}
+    )
+    acts.expression = YEARLY
+    await handle.execute_update("trigger", {})
+    await handle.execute_update("trigger", {})
+    await wait_for_applied(
+        handle,
+        "WORKFLOW_EXECUTION_SIGNALED",
+        lambda e: (
+            e.event_id > since
+            and e.workflow_execution_signaled_event_attributes.signal_name
+            == "durability.run_settled"
+        ),
+    )
+
+
+async def redelivery_completion(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    """A dead letter's redelivery completes: its outcome activity (scheduled by the schedule
+    itself) delivered, so the letter leaves `dead_letters`.
+
+    The redelivery ends after a task that sent no command (a `run_settled` that settles no
+    run), as when a run settles meanwhile: right after the `redeliver` update's own task,
+    which sends commands, a cold worker did not fold the completion into the next message
+    even with no barrier (temporalio 1.35.0); after a task with no command, it does."""
+    await handle.execute_update("set", {"expression": YEARLY, "version": 1})
+    acts.expression = YEARLY
+    key = await _dead_letter(handle, acts)
+    await _redelivery_ended(handle, acts, key, "ACTIVITY_TASK_COMPLETED")
+    assert acts.accepted_keys.count(key) == 1, acts.accepted_keys
+
+
+async def _redeliver_after_a_task_with_no_command(
+    handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake, key: str
+) -> int:
+    """Send `redeliver` of `key` with the outcome activity held, then a `run_settled` that
+    settles nothing (a workflow task with no command), and let the activity go only once
+    that task completed: its end is applied in the task right after it. Returns the last
+    event ID from before the `redeliver`."""
+    since = await _last_event_id(handle)
+    acts.outcomes_open.clear()
+    assert await handle.execute_update("redeliver", {"idempotency_key": key}) is True
+    nothing_settled = {"scheduled_time": 0, "outcome": {"status": "complete"}}
+    await handle.signal("durability.run_settled", nothing_settled)
+    await wait_for_applied(handle, "WORKFLOW_EXECUTION_SIGNALED", _after(since))
+    acts.outcomes_open.set()
+    return since
+
+
+async def _redelivery_ended(
+    handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake, key: str, end: str
+) -> None:
+    """Redeliver `key` after a task with no command (see below) and wait until the end
+    (`ACTIVITY_TASK_COMPLETED` or `ACTIVITY_TASK_FAILED`) of its outcome activity is applied,
+    with only command-less tasks in between."""
+    since = await _redeliver_after_a_task_with_no_command(handle, acts, key)
+    outcome_id = await eventually(lambda: _outcome_scheduled(handle, since))
+
+    def ends_the_outcome(e: HistoryEvent) -> bool:
+        attributes = (
+            e.activity_task_completed_event_attributes
+            if end == "ACTIVITY_TASK_COMPLETED"
+            else e.activity_task_failed_event_attributes
+        )
+        return bool(attributes.scheduled_event_id == outcome_id)
+
+    await wait_for_applied(handle, end, ends_the_outcome)
+    await _no_command_between(handle, since, end)
+
+
+async def _outcome_scheduled(handle: WorkflowHandle[Any, Any], since: int) -> int:
+    """The event ID of the first `on_outcome` activity scheduled after `since`, else 0."""
+    for e in await events_of(handle):
+        attributes = e.activity_task_scheduled_event_attributes
+        if (
+            e.event_id > since
+            and kind(e) == "ACTIVITY_TASK_SCHEDULED"
+            and attributes.activity_type.name == "on_outcome"
+        ):
+            return e.event_id
+    return 0
+
+
+async def _no_command_between(handle: WorkflowHandle[Any, Any], since: int, end: str) -> None:
+    """Between the first signal after `since` and the redelivery's `end` event, only workflow
+    tasks that sent no command."""
+    kinds = [kind(e) for e in await events_of(handle) if e.event_id > since]
+    between = kinds[kinds.index("WORKFLOW_EXECUTION_SIGNALED") + 1 : kinds.index(end)]
+    assert set(between) <= {
+        "WORKFLOW_TASK_SCHEDULED",
+        "WORKFLOW_TASK_STARTED",
+        "WORKFLOW_TASK_COMPLETED",
+        "ACTIVITY_TASK_STARTED",
+    }, kinds
+
+
+COMPLETIONS: dict[str, Step] = {
+    "run_completion": run_completion,
+    "lifecycle_completion": lifecycle_completion,
+    "tick_while_busy": tick_while_busy,
+    "settle_signal": settle_signal,
+    "redelivery_completion": redelivery_completion,
+}
+
+
+# --- the messages: each is sent at once to the new worker, then checked as applied
+
+
+async def set_update(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    assert await handle.execute_update("set", {"expression": YEARLY, "version": 2}) is True
+    assert (await handle.query("get"))["version"] == 2
+
+
+async def set_signal(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    await handle.signal("set", {"expression": YEARLY, "version": 2})
+
+    async def stored() -> bool:
+        return (await handle.query("get") or {}).get("version") == 2
+
+    await eventually(stored)
+
+
+async def cancel_update(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    assert await handle.execute_update("cancel", {}) is True
+    assert await handle.query("get") is None
+
+
+async def cancel_signal(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    await handle.signal("cancel", {})
+
+    async def cancelled() -> bool:
+        return await handle.query("get") is None
+
+    await eventually(cancelled)
+
+
+async def trigger(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    await _trigger_and_wait(handle, acts)
+
+
+async def pause(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    assert await handle.execute_update("pause", {}) is True
+    assert await handle.query("paused") is True
+
+
+async def unpause(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    # Paused before the completion (see `test_message_after_completion_on_a_cold_worker`).
+    assert await handle.execute_update("unpause", {}) is True
+    assert await handle.query("paused") is False
+
+
+async def backfill(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    # A range with 1 occurrence of the yearly expression, or 3 of `@every 1s`, long past.
+    # The expression is the one the completion set, not a query's: a query would bring the
+    # workflow into the new worker's cache before the update.
+    start_at = (int(time.time() * 1000) - 400 * DAY_MS) // 1000 * 1000
+    assert acts.expression in (YEARLY, "@every 1s"), acts.expression
+    every_second = acts.expression == "@every 1s"
+    end_at = start_at + 3000 if every_second else int(time.time() * 1000)
+    times: list[int] = await handle.execute_update(
+        "backfill", {"start_at": start_at, "end_at": end_at}, result_type=list[int]
+    )
+    assert len(times) == (3 if every_second else 1), times
+    acts.expected.extend(times)  # delivered by the end of the test
+
+
+async def redeliver(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    # The dead letter made before the completion (see the test) is the only outcome refused
+    # and not delivered since; the outcome activity accepts it now. Its key comes from the
+    # activity, not from a query: a query would bring the workflow into the new worker's
+    # cache before the update.
+    (key,) = [k for k in acts.refused if k not in acts.accepted_keys]
+    assert await handle.execute_update("redeliver", {"idempotency_key": key}) is True
+
+    async def delivered_again() -> bool:
+        return key in acts.accepted_keys and await handle.query("dead_letters") == []
+
+    await eventually(delivered_again, timeout=30)
+    assert acts.accepted_keys.count(key) == 1, acts.accepted_keys
+
+
+MESSAGES: dict[str, Step] = {
+    "set_update": set_update,
+    "set_signal": set_signal,
+    "cancel_update": cancel_update,
+    "cancel_signal": cancel_signal,
+    "trigger": trigger,
+    "pause": pause,
+    "unpause": unpause,
+    "backfill": backfill,
+    "redeliver": redeliver,
+}
+
+
+async def _start_schedule(
+    client: Client, suffix: str, task_queue: str, activity_queue: str
+) -> WorkflowHandle[Any, Any]:
+    """One slot, lifecycle events, activities on their own queue (so the workflow worker can
+    be replaced while they run), outcome retries 1.5 s apart."""
+    start = {
+        "max_concurrent_runs": 1,
+        "lifecycle_activity": "lifecycle",
+        "activity_task_queue": activity_queue,
+        "outcome_retries": {"initial_interval_ms": 1500},
+    }
+    return await client.start_workflow(
+        "DurabilitySchedule", start, id=f"schedule:cold-{suffix}", task_queue=task_queue
+    )
+
+
+# A paused schedule has no tick timer, so no tick can fire while it is paused: `unpause`
+# right after `tick_while_busy` would need a `pause` in between, whose task sends commands,
+# and would test nothing the other `unpause` cases do not.
+UNREACHABLE = {("tick_while_busy", "unpause")}
+
+
+@pytest.mark.parametrize(
+    ("completion", "message"),
+    [
+        pair
+        for pair in itertools.product(sorted(COMPLETIONS), sorted(MESSAGES))
+        if pair not in UNREACHABLE
+    ],
+)
+async def test_message_after_completion_on_a_cold_worker(
+    client: Client, completion: str, message: str
+) -> None:
+    suffix, task_queue, activity_queue = cold_names()
+    acts = ColdScheduleFake()
+    async with activity_worker(client, activity_queue, acts.activities()):
+        async with workflow_worker(client, task_queue):
+            handle = await _start_schedule(client, suffix, task_queue, activity_queue)
+            if message == "redeliver":
+                # Version 0, so that the completion's `set` (version 1) still applies.
+                await handle.execute_update("set", {"expression": YEARLY, "version": 0})
+                await _dead_letter(handle, acts)
+            if message == "unpause":
+                await handle.execute_update("pause", {})
+            await COMPLETIONS[completion](handle, acts)
+        # The only workflow worker is gone; a new one starts with nothing cached.
+        async with workflow_worker(client, task_queue):
+            await MESSAGES[message](handle, acts)
+        # Another cold worker replays what the last one recorded, then must make progress:
+        # a new version and a run of it that reports.
+        async with workflow_worker(client, task_queue):
+            assert await handle.execute_update("set", {"expression": YEARLY, "version": 10})
+            await _trigger_and_wait(handle, acts)
+            await eventually(lambda: _no_runs_left(handle), timeout=30)
+    assert set(acts.expected) <= set(acts.accepted)
+    await assert_healthy_and_updated(client, handle)
+
+
+async def _no_runs_left(handle: WorkflowHandle[Any, Any]) -> bool:
+    return not await handle.query("runs")
+
+
+async def test_redeliver_after_a_failed_redelivery_on_a_cold_worker(client: Client) -> None:
+    """A redelivery whose outcome activity fails keeps the letter, no longer `redelivering`;
+    a cold worker must then accept `redeliver` of that key.
+
+    This guards the barrier in `_redeliver` (`_record_progress` after `redelivered`), which no
+    matrix case needs: there a redelivery delivers, and a delivered letter changes nothing a
+    message decides. Here the failure is applied right after a workflow task with no command
+    (a `run_settled` that settles nothing), so without the barrier the task that applies it
+    sends none either, and a cold worker folds it into the `redeliver` update's activation,
+    whose validator runs first and still sees the letter `redelivering`: refused with
+    "already being redelivered". With the barrier, the update gets an activation of its own.
+    """
+    suffix, task_queue, activity_queue = cold_names()
+    acts = ColdScheduleFake()
+    async with activity_worker(client, activity_queue, acts.activities()):
+        async with workflow_worker(client, task_queue):
+            handle = await _start_schedule(client, suffix, task_queue, activity_queue)
+            await handle.execute_update("set", {"expression": YEARLY, "version": 1})
+            key = await _dead_letter(handle, acts)
+            # The redelivery's outcome activity refuses too, once the no-op signal's task (no
+            # command) has completed: the failure is applied in the task right after it.
+            acts.refusing = True
+            await _redelivery_ended(handle, acts, key, "ACTIVITY_TASK_FAILED")
+            assert acts.refused.count(key) == 2 and key not in acts.accepted_keys, acts.refused
+            acts.refusing = False
+            acts.outcomes_open.set()
+        # The only workflow worker is gone; a new one starts with nothing cached and gets the
+        # update at once (no query before it).
+        async with workflow_worker(client, task_queue):
+            assert await handle.execute_update("redeliver", {"idempotency_key": key}) is True
+
+            async def delivered_again() -> bool:
+                return key in acts.accepted_keys and await handle.query("dead_letters") == []
+
+            await eventually(delivered_again, timeout=30)
+            assert acts.accepted_keys.count(key) == 1, acts.accepted_keys
+    await assert_healthy_and_updated(client, handle)
+
+
+async def test_trigger_after_a_run_ends_by_completion_on_a_cold_worker(client: Client) -> None:
+    """A run that reports only by completing ends in a workflow task that frees its slot and
+    starts nothing; a cold worker must then accept a `trigger` that needs that slot.
+
+    This guards the barrier in `_watch_run` (`_record_progress` after `_run_ended`), which
+    the matrix does not need: there the schedule has one slot, so every run takes the last
+    free slot and frees it by `run_settled` before it completes. Here there are two slots and
+    no queue: run A starts first (not the last slot, so it reports only by completing), run B
+    takes the last slot and is still running when A completes. Without the barrier, the task
+    that applies A's completion sends no command, a cold worker folds it into the `trigger`
+    update's activation, and the validator, which runs first, still sees both slots taken:
+    refused with no room. With the barrier, the update gets an activation of its own.
+    """
+    suffix, task_queue, activity_queue = cold_names()
+    acts = ColdScheduleFake()
+    async with activity_worker(client, activity_queue, acts.activities()):
+        async with workflow_worker(client, task_queue):
+            handle = await client.start_workflow(
+                "DurabilitySchedule",
+                {
+                    "max_concurrent_runs": 2,
+                    "max_queued_runs": 0,
+                    "activity_task_queue": activity_queue,
+                },
+                id=f"schedule:cold-{suffix}",
+                task_queue=task_queue,
+            )
+            await handle.execute_update(
+                "set", {"expression": YEARLY, "version": 1, "params": {"sleep_ms": 1500}}
+            )
+            first: int = await handle.execute_update("trigger", {}, result_type=int)
+            await handle.execute_update(
+                "set", {"expression": YEARLY, "version": 2, "params": {"sleep_ms": 8000}}
+            )
+            await handle.execute_update("trigger", {})
+            await eventually(lambda: first in acts.accepted, timeout=30)
+            since = (await events_of(handle))[0].event_id
+            await wait_for_applied(handle, "CHILD_WORKFLOW_EXECUTION_COMPLETED", _after(since))
+            assert len(await handle.query("runs")) == 1, "run B still holds the last slot"
+        # The only workflow worker is gone; a new one starts with nothing cached and gets the
+        # update at once (no query before it).
+        async with workflow_worker(client, task_queue):
+            third: int = await handle.execute_update("trigger", {}, result_type=int)
+            await eventually(lambda: third in acts.accepted, timeout=30)
+            await eventually(lambda: _no_runs_left(handle), timeout=30)
+    await assert_healthy_and_updated(client, handle)

@@ -1,0 +1,156 @@
+"""Forcing the cold-worker hazard (see `workflows.kernel`) on the dev server.
+
+A scenario drives a workflow until the workflow task that applies a given completion has
+completed, stops the only workflow worker, starts a new one (a new worker has an empty
+cache), and sends a message at once: on an SDK with the activation-merge bug, that worker
+receives the completion and the message in one activation. Activities run on a separate
+worker that stays up, as in a fleet where only the workflow worker restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from durability.registry import all_workflows, workflow_runner
+from tests.support.fakes import ScheduleFake
+from tests.support.helpers import eventually, production_replayer, replay_each
+
+REPLAY_S = 30
+
+
+def cold_names() -> tuple[str, str, str]:
+    """A fresh suffix for workflow IDs, the workflow task queue and the activity task queue."""
+    suffix = uuid.uuid4().hex[:10]
+    return suffix, f"cold-{suffix}", f"cold-act-{suffix}"
+
+
+@asynccontextmanager
+async def workflow_worker(client: Client, task_queue: str) -> AsyncIterator[Worker]:
+    """A worker with the four workflows and no activities; each one starts with no cache."""
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=all_workflows(),
+        workflow_runner=workflow_runner(),
+    ) as worker:
+        yield worker
+
+
+@asynccontextmanager
+async def activity_worker(
+    client: Client, task_queue: str, activities: Sequence[Callable[..., Any]]
+) -> AsyncIterator[Worker]:
+    async with Worker(client, task_queue=task_queue, activities=list(activities)) as worker:
+        yield worker
+
+
+def kind(event: HistoryEvent) -> str:
+    return EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")
+
+
+async def events_of(handle: WorkflowHandle[Any, Any]) -> list[HistoryEvent]:
+    return [event async for event in handle.fetch_history_events()]
+
+
+async def wait_for_applied(
+    handle: WorkflowHandle[Any, Any],
+    completion: str,
+    matches: Callable[[HistoryEvent], bool] = lambda _: True,
+    timeout: float = 30,
+) -> None:
+    """Wait until a `completion` event (e.g. CHILD_WORKFLOW_EXECUTION_COMPLETED) matching
+    `matches` is in the history and a workflow task that applied it has completed."""
+
+    async def applied() -> bool:
+        events = await events_of(handle)
+        positions = [i for i, e in enumerate(events) if kind(e) == completion and matches(e)]
+        if not positions:
+            return False
+        return any(kind(e) == "WORKFLOW_TASK_COMPLETED" for e in events[positions[-1] :])
+
+    await eventually(applied, timeout=timeout)
+
+
+async def assert_healthy(client: Client, handle: WorkflowHandle[Any, Any]) -> None:
+    """No workflow task failed, of any cause, and the history replays with the production
+    replayer (which sees the completion and the message in separate activations)."""
+    events = await events_of(handle)
+    failed = [
+        f"{e.event_id}: {e.workflow_task_failed_event_attributes.failure.message[:300]}"
+        for e in events
+        if kind(e) == "WORKFLOW_TASK_FAILED"
+    ]
+    assert failed == [], failed
+    history = await handle.fetch_history()
+    await replay_each(production_replayer(all_workflows()), [history], REPLAY_S)
+
+
+async def assert_healthy_and_updated(client: Client, handle: WorkflowHandle[Any, Any]) -> None:
+    """`assert_healthy`, and the history has at least one accepted update."""
+    await assert_healthy(client, handle)
+    assert any(kind(e) == "WORKFLOW_EXECUTION_UPDATE_ACCEPTED" for e in await events_of(handle))
+
+
+@dataclass
+class ColdScheduleFake(ScheduleFake):
+    """The schedule fake with refusals that dead-letter at once, plus what a scenario's steps
+    note for the later ones."""
+
+    refusals_final: bool = True
+    expected: list[int] = field(default_factory=list)  # scheduled times that must be delivered
+    # The schedule expression a scenario set last, for steps that must not query the workflow.
+    expression: str | None = None
+
+
+@dataclass
+class LedgerActivities:
+    """`compile`, `submit`, `query` for the ledger, recording every frozen body sent.
+
+    An intent whose payload has `compile_error` fails to compile; `submit_ms` makes the
+    submit take that long.
+    """
+
+    sent: list[dict[str, Any]] = field(default_factory=list)
+
+    @activity.defn(name="compile")
+    async def compile(self, intent: dict[str, Any], request_id: str) -> dict[str, Any]:
+        payload = intent.get("payload") or {}
+        if payload.get("compile_error"):
+            raise ApplicationError("cannot compile", type="CompileError", non_retryable=True)
+        return {
+            "operation_id": intent["id"],
+            "request_id": request_id,
+            "kind": intent["operation_type"],
+            "payload": payload,
+            "canvas_ids": sorted(set(intent.get("participants") or [])),
+        }
+
+    @activity.defn(name="submit")
+    async def submit(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.sent.append(request)
+        delay = (request.get("payload") or {}).get("submit_ms", 0) / 1000
+        deadline = time.monotonic() + delay
+        while time.monotonic() < deadline:
+            activity.heartbeat()
+            await asyncio.sleep(0.05)
+        return {"outcome": "applied"}
+
+    @activity.defn(name="query")
+    async def query(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"outcome": "applied"}
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [self.compile, self.submit, self.query]

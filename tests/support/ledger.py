@@ -1,0 +1,207 @@
+"""Support for the ledger tests: a recording HTTP server on 127.0.0.1 and a ledger worker."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+
+from activities.ledger import ledger_activities
+from durability.registry import workflow_runner
+from tests.support.helpers import cache_options
+from workflows.ledger.request import FrozenRequestWorkflow
+from workflows.ledger.workflow import OperationLedgerWorkflow
+
+Answer = tuple[int, dict[str, str], Any]
+# (method, request_id, how many times this method was called for this request) -> answer
+Responder = Callable[[str, str, int], Answer]
+
+
+def applied(_method: str, _request_id: str, _count: int) -> Answer:
+    """Accept on POST, `applied` on GET: exercises submit then query."""
+    if _method == "POST":
+        return 202, {}, {"outcome": "accepted"}
+    return 200, {}, {"outcome": "applied"}
+
+
+@dataclass
+class Received:
+    method: str
+    request_id: str
+    key: str | None
+    body: str | None
+    sequence: int
+
+
+@dataclass
+class LedgerServer:
+    """Records every request and checks, as the far side sees it, that no canvas ever has two
+    requests open (first POST until answered applied/rejected) and no request ID two bodies."""
+
+    responder: Responder = applied
+    received: list[Received] = field(default_factory=list)
+    bodies: dict[str, str] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    open_canvases: dict[str, str] = field(default_factory=dict)
+    open_requests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    first_post: dict[str, int] = field(default_factory=dict)
+    resolved_at: dict[str, int] = field(default_factory=dict)
+    max_open: int = 0
+    max_open_by_kind: Counter[str] = field(default_factory=Counter)
+    counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    base_url: str = ""
+
+    def handle(self, method: str, request_id: str, key: str | None, raw: bytes | None) -> Answer:
+        with self.lock:
+            sequence = len(self.received)
+            text = raw.decode() if raw is not None else None
+            self.received.append(Received(method, request_id, key, text, sequence))
+            if key != request_id:
+                self.violations.append(f"{method} {request_id} carried key {key!r}")
+            if method == "POST" and text is not None:
+                canonical = json.dumps(json.loads(text), sort_keys=True)
+                if self.bodies.setdefault(request_id, canonical) != canonical:
+                    self.violations.append(f"{request_id} was sent two different bodies")
+                body = json.loads(text)
+                if request_id not in self.resolved_at and request_id not in self.open_requests:
+                    for canvas in body.get("canvas_ids", []):
+                        holder = self.open_canvases.get(canvas)
+                        if holder is not None and holder != request_id:
+                            self.violations.append(
+                                f"canvas {canvas} open for {holder} and {request_id}"
+                            )
+                        self.open_canvases[canvas] = request_id
+                    self.open_requests[request_id] = body
+                    self.first_post.setdefault(request_id, sequence)
+                    self.max_open = max(self.max_open, len(self.open_requests))
+                    kinds = Counter(b["kind"] for b in self.open_requests.values())
+                    for kind, count in kinds.items():
+                        self.max_open_by_kind[kind] = max(self.max_open_by_kind[kind], count)
+            self.counts[(method, request_id)] += 1
+            answer = self.responder(method, request_id, self.counts[(method, request_id)])
+            outcome = answer[2].get("outcome") if isinstance(answer[2], dict) else None
+            if 200 <= answer[0] < 300 and outcome in ("applied", "rejected"):
+                self.resolved_at.setdefault(request_id, sequence)
+                self.open_requests.pop(request_id, None)
+                for canvas in [c for c, r in self.open_canvases.items() if r == request_id]:
+                    del self.open_canvases[canvas]
+            return answer
+
+    def sent(self, request_id: str) -> list[Received]:
+        with self.lock:
+            return [r for r in self.received if r.request_id == request_id]
+
+
+def _handler(server: LedgerServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self, answer: Answer) -> None:
+            code, headers, body = answer
+            data = json.dumps(body).encode() if body is not None else b""
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            request_id = json.loads(raw).get("id", "")
+            key = self.headers.get("Idempotency-Key")
+            self._answer(server.handle("POST", request_id, key, raw))
+
+        def do_GET(self) -> None:
+            request_id = self.path.rsplit("/", 1)[-1]
+            key = self.headers.get("Idempotency-Key")
+            self._answer(server.handle("GET", request_id, key, None))
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+@contextmanager
+def recording_server(responder: Responder = applied) -> Iterator[LedgerServer]:
+    """A real ThreadingHTTPServer on 127.0.0.1 (free port) answering with `responder`."""
+    state = LedgerServer(responder=responder)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    state.base_url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@asynccontextmanager
+async def ledger_worker(
+    client: Client,
+    task_queue: str,
+    activities: list[Callable[..., Any]] | None = None,
+    base_url: str = "http://127.0.0.1:9",
+) -> AsyncIterator[Worker]:
+    """A worker with only the ledger workflows (independent of the schedule package)."""
+    worker = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[OperationLedgerWorkflow, FrozenRequestWorkflow],
+        workflow_runner=workflow_runner(),
+        activities=activities if activities is not None else ledger_activities(base_url),
+        **cache_options(),
+    )
+    async with worker:
+        yield worker
+
+
+async def snapshot(handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
+    """The ledger's `snapshot` query."""
+    result: dict[str, Any] = await handle.query("snapshot")
+    return result
+
+
+def operations(snap: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Snapshot operations by ID."""
+    return {o["id"]: o for o in snap["operations"]}
+
+
+def requests(snap: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Snapshot requests by ID."""
+    return {r["id"]: r for r in snap["requests"]}
+
+
+def all_settled(snap: dict[str, Any]) -> bool:
+    """Every operation resolved or blocked and no request in flight."""
+    return all(o["phase"] in ("resolved", "blocked") for o in snap["operations"]) and not any(
+        r["phase"] == "in_flight" for r in snap["requests"]
+    )
+
+
+def intent(
+    op_id: str,
+    participants: list[str] | None = None,
+    dependencies: list[str] | None = None,
+    operation_type: str = "shape.update",
+    **extra: Any,
+) -> dict[str, Any]:
+    """An operation intent as users send it."""
+    return {
+        "id": op_id,
+        "operation_type": operation_type,
+        "participants": participants if participants is not None else [],
+        "dependencies": dependencies or [],
+        "payload": {"op": op_id},
+        **extra,
+    }
