@@ -123,11 +123,6 @@ def rejected_as(*refusals: type[Exception]) -> Iterator[None]:
         raise ApplicationError(str(error), type=type(error).__name__, non_retryable=True) from None
 
 
-def record_progress(status: Mapping[str, Any]) -> None:
-    """Send the status memo as this workflow task's command (the progress barrier)."""
-    workflow.upsert_memo({STATUS_MEMO_KEY: dict(status)})
-
-
 def history_long(events: int, *, or_suggested: bool = True) -> bool:
     """Whether this run's history has `events` events, or (`or_suggested`) Temporal suggests
     continuing as new: the capability then begins its drain."""
@@ -248,7 +243,7 @@ class ShellKernel:
     def progress(self, status: Mapping[str, Any]) -> None:
         """Call in the activation that applied a completion which changes a later decision:
         this workflow task then sends a command (see "Cold-worker activation merge")."""
-        record_progress(status)
+        workflow.upsert_memo({STATUS_MEMO_KEY: dict(status)})
 
     # --- closing
 

@@ -373,7 +373,7 @@ def test_reports_from_an_earlier_loop_of_a_relaunched_request_are_ignored() -> N
     core.mark_launched(state, "r-a")
     # The first loop's result arrives late (its workflow closed after the relaunch).
     assert not core.record_finished(state, report("blocked", "unresolved", 1, blocked=True))
-    assert not core.record_progress(state, report("in_flight", "accepted", 1))
+    assert not core.record_attempt(state, report("in_flight", "accepted", 1))
     assert state.requests["r-a"].phase == "in_flight"
     assert core.record_finished(state, report("resolved", "applied", 2))
     assert state.operations["a"].outcome == "applied"
@@ -597,7 +597,7 @@ class Driver:
         dumped = step.status.model_dump(mode="json", exclude_none=True)
         if step.result == "retry":
             assert step.delay_ms >= 1
-            assert core.record_progress(
+            assert core.record_attempt(
                 self.state,
                 RequestReport(
                     request_id=request_id,
@@ -644,7 +644,7 @@ class Driver:
             retry_at=step.retry_at,
             launch=launch - 1,
         )
-        recorded = (core.record_finished if final else core.record_progress)(self.state, report)
+        recorded = (core.record_finished if final else core.record_attempt)(self.state, report)
         assert not recorded
         assert self.state.model_dump() == before
         self.stale_reports += 1

@@ -382,7 +382,7 @@ async def test_redeliver_after_a_failed_redelivery_on_a_cold_worker(client: Clie
     """A redelivery whose outcome activity fails keeps the letter, no longer `redelivering`;
     a cold worker must then accept `redeliver` of that key.
 
-    This guards the barrier in `_redeliver` (`_record_progress` after `redelivered`), which no
+    This guards the barrier in `_redeliver` (`_send_progress` after `redelivered`), which no
     matrix case needs: there a redelivery delivers, and a delivered letter changes nothing a
     message decides. Here the failure is applied right after a workflow task with no command
     (a `run_settled` that settles nothing), so without the barrier the task that applies it
@@ -421,7 +421,7 @@ async def test_trigger_after_a_run_ends_by_completion_on_a_cold_worker(client: C
     """A run that reports only by completing ends in a workflow task that frees its slot and
     starts nothing; a cold worker must then accept a `trigger` that needs that slot.
 
-    This guards the barrier in `_watch_run` (`_record_progress` after `_run_ended`), which
+    This guards the barrier in `_watch_run` (`_send_progress` after `_run_ended`), which
     the matrix does not need: there the schedule has one slot, so every run takes the last
     free slot and frees it by `run_settled` before it completes. Here there are two slots and
     no queue: run A starts first (not the last slot, so it reports only by completing), run B

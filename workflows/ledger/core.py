@@ -12,7 +12,7 @@ Life of an operation:
                            (L6, L11), or a `blocked` status (L10); request claims are kept.
   pending -> blocked       no participants and not participant-free (L5).
 
-Choices where the seed is silent:
+Choices the rules leave open:
 - A request counts as in flight (L4) while its compile runs and while its `FrozenRequest` loop
   runs, retry waits included.
 - After a `blocked` status the next action is `query` (L13): a blocked submit was dispatched,
@@ -596,7 +596,7 @@ def next_step(
     return Step("retry", status, following, delay, now_ms + delay)
 
 
-def record_progress(state: LedgerState, report: RequestReport) -> bool:
+def record_attempt(state: LedgerState, report: RequestReport) -> bool:
     """A non-final attempt of an in-flight request: keep attempt/retry_at/next action."""
     request = state.requests.get(report.request_id)
     if request is None or request.phase != "in_flight" or _stale(request, report):

@@ -22,7 +22,7 @@ MAX_BATCH_BYTES = 128 * 1024  # one enqueue, as JSON
 OperationPhase = Literal["pending", "dispatched", "resolved", "blocked"]
 RequestPhase = Literal["frozen", "in_flight", "resolved", "blocked"]
 RequestAction = Literal["submit", "query"]
-Outcome = Literal["applied", "rejected", "accepted", "unresolved"]
+RequestOutcome = Literal["applied", "rejected", "accepted", "unresolved"]
 
 MAX_INT32 = 2**31 - 1
 
@@ -135,7 +135,7 @@ class ReleaseInput(BaseModel):
 
 
 class SkipInput(BaseModel):
-    """`skip` payload (ours, beyond the seed): give up on one operation."""
+    """`skip` payload (beyond the rules L1-L14): give up on one operation."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -154,7 +154,7 @@ class RequestStatus(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    outcome: Outcome = "unresolved"
+    outcome: RequestOutcome = "unresolved"
     error: str | None = None
     retry_after_ms: int | None = None
     canonical: JsonValue = None

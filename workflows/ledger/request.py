@@ -198,7 +198,7 @@ class FrozenRequestWorkflow:
 class RequestRuns:
     """The ledger's side of each request's life: it starts the request's `FrozenRequest`
     child and awaits its end (reported by signal, by its result, or by a failure), and
-    applies it to the ledger's state. `finished` applies a final report; `record_progress`
+    applies it to the ledger's state. `finished` applies a final report; `send_progress`
     is the ledger's progress barrier."""
 
     def __init__(
@@ -208,12 +208,12 @@ class RequestRuns:
         config: LedgerConfig,
         kernel: ShellKernel,
         finished: Callable[[RequestReport], bool],
-        record_progress: Callable[[], None],
+        send_progress: Callable[[], None],
     ) -> None:
         self._ledger_id, self._state, self._config = ledger_id, state, config
         self._kernel = kernel
         self._finished = finished
-        self._record_progress = record_progress
+        self._send_progress = send_progress
         # The task of each request's life, by request ID. It leaves the mapping at the end of
         # its own body, before any other task can read it (not by a done-callback).
         self.tasks: dict[str, asyncio.Task[None]] = {}
@@ -239,7 +239,7 @@ class RequestRuns:
                 del self.tasks[request_id]
             self._kernel.wake()
         # A request's end (or its child's) changes what the ledger decides next.
-        self._record_progress()
+        self._send_progress()
 
     async def _lifetime(self, request_id: str, me: asyncio.Task[Any] | None) -> None:
         """Start the request's child and wait for its end (reported by signal, or a failure)."""

@@ -80,7 +80,7 @@ class OperationLedgerWorkflow:
             self._config,
             self._kernel,
             self._finished,
-            self._record_progress,
+            self._send_progress,
         )
         self._kernel.wake()
         self._final: dict[str, Any] | None = None
@@ -177,9 +177,9 @@ class OperationLedgerWorkflow:
         if verdict == "launch":
             self._requests.launch(request_id)  # its child's start is this task's command
         else:
-            self._record_progress()  # a blocked compile changes state and sends nothing else
+            self._send_progress()  # a blocked compile changes state and sends nothing else
 
-    def _record_progress(self) -> None:
+    def _send_progress(self) -> None:
         """The progress barrier (`workflows.kernel`): this workflow task sends a command."""
         self._kernel.progress(core.phase_counts(self._state))
 
@@ -326,7 +326,7 @@ class OperationLedgerWorkflow:
         """A non-final attempt of a frozen request (attempt, retry_at, next action)."""
         report = self._kernel.signal("request_progress", core.parse_report, raw)
         if report is not None:
-            core.record_progress(self._state, report)
+            core.record_attempt(self._state, report)
 
     @workflow.signal(name="request_finished")
     def request_finished(self, raw: Any = None) -> None:

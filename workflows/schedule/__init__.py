@@ -1,4 +1,4 @@
-"""Per-object recurring schedule (seed 000, rules S1-S14): workflow `DurabilitySchedule`,
+"""Per-object recurring schedule (rules S1-S14, docs/contract.md): workflow `DurabilitySchedule`,
 one `ScheduledRun` child per run. `core` is the pure state machine, `cron` the built-in
 `next_occurrence`, `workflow` the Temporal shell."""
 

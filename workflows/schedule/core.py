@@ -96,7 +96,7 @@ class ScheduleState(BaseModel):
     schedule: StoredSchedule | None = None
     runs: dict[int, Run] = Field(default_factory=dict)
     dropped_signals: int = 0
-    # `pause`/`unpause` (beyond the seed): while paused no tick fires; versions are untouched.
+    # `pause`/`unpause` (beyond S1-S14): while paused no tick fires; versions are untouched.
     paused: bool = False
     # Ticks not run because the queue was full or the state at its budget.
     skipped_ticks: int = 0
@@ -529,7 +529,7 @@ class ScheduleCore:
         run.error = outcome.error
         return True
 
-    # --- dead letters (beyond the seed: S11's dead-lettered outcomes, seen and re-driven) ---
+    # --- dead letters (beyond the rules: S11's dead-lettered outcomes, seen and re-driven) ---
 
     def record_dead_letter(
         self, scheduled_time: int, idempotency_key: str, outcome: Outcome, error: RunError

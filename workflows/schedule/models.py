@@ -177,7 +177,7 @@ class ScheduledRunResult(BaseModel):
     dead_letter_error: RunError | None = None
 
 
-# Error names of the seed, carried in `Outcome.error.name`.
+# The contract's error names, carried in `Outcome.error.name`.
 RUN_TIMEOUT_ERROR = "ScheduledRunTimeoutError"
 RUN_INTERRUPTED_ERROR = "ScheduledRunInterruptedError"
 OUTCOME_TIMEOUT_ERROR = "ScheduledOutcomeTimeoutError"

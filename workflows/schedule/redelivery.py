@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.schedule.models import ScheduledRunObject, ScheduleInput
     from workflows.schedule.run import deliver_outcome
 
-# Recorded when a run starts again the redeliveries its predecessor left going (0.1.1).
+# Recorded when a run starts again the redeliveries its predecessor left going.
 RESUME_REDELIVERIES_PATCH = "resume-carried-redeliveries"
 
 

@@ -322,20 +322,20 @@ async def hand_over(children: Sequence[tuple[str, asyncio.Task[Any] | None]]) ->
 class RunReports:
     """The schedule's side of the protocol above: it starts each run's child, reads the run's
     report from the child's completion (or, once handed over, from its signals), and applies
-    it to the core. `record_progress` is the shell's progress barrier."""
+    it to the core. `send_progress` is the shell's progress barrier."""
 
     def __init__(
         self,
         settings: ScheduleInput,
         core: ScheduleCore,
         kernel: ShellKernel,
-        record_progress: Callable[..., None],
+        send_progress: Callable[..., None],
     ) -> None:
         self._settings = settings
         self._object_id = settings.object_id or ""
         self._core = core
         self._kernel = kernel
-        self._record_progress = record_progress
+        self._send_progress = send_progress
         # The watch on each started run's completion (its report), by scheduled_time.
         self._watches: dict[int, asyncio.Task[None]] = {}
         # Runs told to report by signal (`hand_over`): each is told once.
@@ -360,7 +360,7 @@ class RunReports:
         if handle is None:  # at most once (S6): this run already exists, and it reports
             self._core.forget(run.scheduled_time)
             self._kernel.wake()
-            self._record_progress(refused=run.scheduled_time)
+            self._send_progress(refused=run.scheduled_time)
             return
         watch = asyncio.create_task(self._watch(run_object, handle))
         self._watches[run.scheduled_time] = watch
@@ -375,7 +375,7 @@ class RunReports:
         result = await report_of(handle, run)
         self.ended(run.scheduled_time, result.outcome, result.dead_letter_error)
         # A run's end frees a slot and forgets the run: decision state (the progress barrier).
-        self._record_progress(acknowledged=run.scheduled_time)
+        self._send_progress(acknowledged=run.scheduled_time)
 
     def settled(self, settled: RunSettled) -> None:
         """The `run_settled` signal: the run stopped; its slot is free."""

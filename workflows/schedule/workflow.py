@@ -65,7 +65,7 @@ class DurabilityScheduleWorkflow:
         self._redeliveries = Redeliveries(
             self._settings, self._core, self._kernel, self._redelivered
         )
-        self._runs = RunReports(self._settings, self._core, self._kernel, self._record_progress)
+        self._runs = RunReports(self._settings, self._core, self._kernel, self._send_progress)
         self._drain = Drain(self._settings.continue_as_new_after_events)
         self._published = Published(self._object_id)
 
@@ -89,7 +89,7 @@ class DurabilityScheduleWorkflow:
             if timer_fired and not started and wake_at is None:
                 # The tick's timer fired and this task starts nothing and sets no new timer,
                 # yet the tick may have queued a run: see workflows.kernel.
-                self._record_progress()
+                self._send_progress()
             timer_fired = False
             try:
                 await workflow.wait_condition(
@@ -145,7 +145,7 @@ class DurabilityScheduleWorkflow:
         key = idempotency_key(self._object_id, scheduled_time)
         self._lifecycle.emit(lifecycle_event(event_type, key, scheduled_time, now, **fields))
 
-    def _record_progress(self, **extra: int) -> None:
+    def _send_progress(self, **extra: int) -> None:
         running, queued = self._core.running_count(), self._core.queued_count()
         self._kernel.progress({"running": running, "queued": queued, **extra})
 
@@ -205,7 +205,7 @@ class DurabilityScheduleWorkflow:
             acknowledged.scheduled_time, acknowledged.outcome, acknowledged.dead_letter_error
         )
 
-    # --- pause, trigger, backfill, dead letters (beyond the seed: docs/contract.md) ---
+    # --- pause, trigger, backfill, dead letters (beyond the rules S1-S14: docs/contract.md) ---
 
     @workflow.update(name="pause")
     def pause(self, raw: Any = None) -> bool:
@@ -273,7 +273,7 @@ class DurabilityScheduleWorkflow:
     def _redelivered(self, letter: DeadLetter) -> None:
         # The letter left the list (or may be redelivered again): a `redeliver` validator
         # decides on it, so this completion's task sends a command. See workflows.kernel.
-        self._record_progress(redelivered=letter.scheduled_time)
+        self._send_progress(redelivered=letter.scheduled_time)
 
     # --- queries ---
 
