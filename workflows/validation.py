@@ -8,10 +8,12 @@ while a run recorded before keeps its converted value, so its history still repl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+
+StartInput = TypeVar("StartInput", bound=BaseModel)
 
 
 def format_validation_error(what: str, error: ValidationError) -> str:
@@ -38,3 +40,28 @@ def strict_problem(what: str, model: type[BaseModel], settings: Mapping[str, Any
     except ValidationError as error:
         return format_validation_error(what, error)
     return None
+
+
+def read_start_input(
+    what: str,
+    read: Callable[[], object],
+    model: type[StartInput],
+    settings_model: type[BaseModel],
+    carried_field: str,
+) -> tuple[StartInput, str | None, str | None]:
+    """A workflow's start input as `model`, with why it is refused and why a strict reading
+    of its settings (`settings_model`, everything but `carried_field`) refuses it, if so. A
+    refused input reads as `model()`'s defaults. `read()` returns the input as JSON values,
+    or raises ValueError."""
+    try:
+        raw = read() or {}
+        start = model.model_validate(raw)
+    except ValidationError as invalid:
+        return model(), format_validation_error(what, invalid), None
+    except ValueError as unreadable:
+        return model(), f"invalid {what}: {unreadable}", None
+    coerced = None
+    if isinstance(raw, dict):
+        given = {k: v for k, v in raw.items() if k != carried_field}
+        coerced = strict_problem(what, settings_model, given)
+    return start, None, coerced

@@ -65,7 +65,7 @@ from workflows.ledger.models import (
     SkipInput,
 )
 from workflows.limits import MAX_JSON_DEPTH, id_problem, json_depth
-from workflows.validation import format_validation_error, strict_problem
+from workflows.validation import format_validation_error, read_start_input
 
 MISSING_PARTICIPANTS = "missing_participants"
 PARTICIPANT_MISMATCH = "participant_mismatch"
@@ -834,19 +834,9 @@ def read_start(read: Callable[[], Any], workflow_id: str) -> Start:
     """The start input as `read()` decodes it (ValueError when it cannot be decoded). A bad
     input still gives settings, an ID and a state (defaults) with the `error` that names the
     field. The ledger ID defaults to the workflow ID's (`ledger:<ledger_id>`)."""
-    error = coerced = None
-    try:
-        raw = read() or {}
-        start = LedgerInput.model_validate(raw)
-        if isinstance(raw, dict):
-            settings = {k: v for k, v in raw.items() if k != "carried_state"}
-            coerced = strict_problem("OperationLedger input", LedgerConfig, settings)
-    except ValidationError as invalid:
-        error = format_validation_error("OperationLedger input", invalid)
-        start = LedgerInput()
-    except ValueError as unreadable:
-        error = f"invalid OperationLedger input: {unreadable}"
-        start = LedgerInput()
+    start, error, coerced = read_start_input(
+        "OperationLedger input", read, LedgerInput, LedgerConfig, "carried_state"
+    )
     config = LedgerConfig.model_validate(
         {**start.model_dump(exclude={"carried_state"}), "ledger_id": start.ledger_id}
     )

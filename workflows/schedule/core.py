@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from workflows.budget import STATE_BUDGET_BYTES
 from workflows.limits import MAX_JSON_DEPTH, id_problem, json_depth
@@ -28,7 +28,7 @@ from workflows.schedule.models import (
     ScheduleInput,
     SetRequest,
 )
-from workflows.validation import format_validation_error, strict_problem
+from workflows.validation import read_start_input
 
 Pick = Callable[[int], int]
 
@@ -139,19 +139,9 @@ def parse_start(decode: Callable[[], object], workflow_id: str) -> Start:
     carried state, and the problem that fails the schedule once, if any (then the settings
     are usable defaults). `decode` returns the start input as JSON values, or raises
     ValueError."""
-    problem = coerced = None
-    try:
-        raw = decode() or {}
-        start = ScheduleWorkflowInput.model_validate(raw)
-        if isinstance(raw, dict):
-            given = {k: v for k, v in raw.items() if k != "carried"}
-            coerced = strict_problem("DurabilitySchedule input", ScheduleInput, given)
-    except ValidationError as error:
-        problem = format_validation_error("DurabilitySchedule input", error)
-        start = ScheduleWorkflowInput()
-    except ValueError as error:
-        problem = f"invalid DurabilitySchedule input: {error}"
-        start = ScheduleWorkflowInput()
+    start, problem, coerced = read_start_input(
+        "DurabilitySchedule input", decode, ScheduleWorkflowInput, ScheduleInput, "carried"
+    )
     object_id = start.object_id or workflow_id.removeprefix("schedule:")
     bad_id = id_problem("object_id", object_id)
     if bad_id is not None:
