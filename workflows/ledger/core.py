@@ -608,6 +608,15 @@ def record_attempt(state: LedgerState, report: RequestReport) -> bool:
     return True
 
 
+def finish(state: LedgerState, config: LedgerConfig, report: RequestReport) -> bool:
+    """`record_finished`, then `compact` when it took effect: the shell's transition for a
+    request's final report."""
+    if not record_finished(state, report):
+        return False
+    compact(state, config)
+    return True
+
+
 def record_finished(state: LedgerState, report: RequestReport) -> bool:
     """A request's loop ended: resolved (L9) releases claims; blocked (L10) keeps them."""
     request = state.requests.get(report.request_id)
@@ -751,6 +760,12 @@ def check_skip(state: LedgerState, op_id: str) -> OperationRecord:
     return record
 
 
+def skip_and_compact(state: LedgerState, config: LedgerConfig, op_id: str, reason: str) -> None:
+    """`skip`, then `compact`: the shell's transition for the `skip` message."""
+    skip(state, op_id, reason)
+    compact(state, config)
+
+
 def skip(state: LedgerState, op_id: str, reason: str) -> None:
     """Resolve a stuck operation as `skipped` (see module docstring), releasing its canvases."""
     record = check_skip(state, op_id)
@@ -850,12 +865,14 @@ def read_start(read: Callable[[], Any], workflow_id: str) -> Start:
 
 
 def next_run_input(state: LedgerState, config: LedgerConfig, ledger_id: str) -> LedgerInput:
-    """The input of the run that continues this one: its settings, ID and whole state.
+    """The input of the run that continues this one: its settings, ID and whole state,
+    compacted first.
 
     `local_compile` is left out while off (the next run re-applies its default), so a run
     continued by an upgraded worker still starts on a worker that does not know it yet (a
     rolling upgrade).
     """
+    compact(state, config)
     left_out = {"ledger_id"}
     if not config.local_compile:
         left_out.add("local_compile")

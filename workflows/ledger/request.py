@@ -198,8 +198,7 @@ class FrozenRequestWorkflow:
 class RequestRuns:
     """The ledger's side of each request's life: it starts the request's `FrozenRequest`
     child and awaits its end (reported by signal, by its result, or by a failure), and
-    applies it to the ledger's state. `finished` applies a final report; `send_progress`
-    is the ledger's progress barrier."""
+    applies it to the ledger's state. `send_progress` is the ledger's progress barrier."""
 
     def __init__(
         self,
@@ -207,12 +206,10 @@ class RequestRuns:
         state: LedgerState,
         config: LedgerConfig,
         kernel: ShellKernel,
-        finished: Callable[[RequestReport], bool],
         send_progress: Callable[[], None],
     ) -> None:
         self._ledger_id, self._state, self._config = ledger_id, state, config
         self._kernel = kernel
-        self._finished = finished
         self._send_progress = send_progress
         # The task of each request's life, by request ID. It leaves the mapping at the end of
         # its own body, before any other task can read it (not by a done-callback).
@@ -271,4 +268,4 @@ class RequestRuns:
         except core.LedgerInputError:
             workflow.logger.warning("request %s returned %r", request_id, result)
             return
-        self._finished(report)
+        core.finish(state, self._config, report)

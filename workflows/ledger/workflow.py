@@ -40,7 +40,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.ledger.models import (
         EnqueueInput,
         EnqueueResult,
-        RequestReport,
         SkipInput,
     )
     from workflows.ledger.request import FrozenRequestWorkflow, RequestRuns, cancel_request
@@ -79,7 +78,6 @@ class OperationLedgerWorkflow:
             self._state,
             self._config,
             self._kernel,
-            self._finished,
             self._send_progress,
         )
         self._kernel.wake()
@@ -105,7 +103,6 @@ class OperationLedgerWorkflow:
             if self._ready_to_continue() and await self._kernel.close_when_safe(
                 self._settle_for_close
             ):
-                core.compact(self._state, self._config)
                 workflow.continue_as_new(
                     core.next_run_input(self._state, self._config, self._ledger_id)
                 )
@@ -291,8 +288,7 @@ class OperationLedgerWorkflow:
             self._skip(parsed)
 
     def _skip(self, parsed: SkipInput) -> None:
-        core.skip(self._state, parsed.operation_id, parsed.reason)
-        core.compact(self._state, self._config)
+        core.skip_and_compact(self._state, self._config, parsed.operation_id, parsed.reason)
         self._kernel.wake()
 
     # ------------------------------------------------------------ stop
@@ -332,15 +328,9 @@ class OperationLedgerWorkflow:
     def request_finished(self, raw: Any = None) -> None:
         """A frozen request resolved or blocked."""
         report = self._kernel.signal("request_finished", core.parse_report, raw)
-        if report is not None and self._finished(report):
+        # A request's end, reported by this signal or its child's result (whichever is first).
+        if report is not None and core.finish(self._state, self._config, report):
             self._kernel.wake()
-
-    def _finished(self, report: RequestReport) -> bool:
-        """A request's end, reported by its signal or its child's result (whichever is first)."""
-        if not core.record_finished(self._state, report):
-            return False
-        core.compact(self._state, self._config)
-        return True
 
     # ------------------------------------------------------------ queries
 
