@@ -16,8 +16,10 @@ rather than about its capability lives here, in one `ShellKernel` each shell hol
   fails the workflow task, and Temporal retries that task forever).
 - **One wake flag** (`wake`, `woken`, `clear_wake`): set by anything that changes what the
   main loop would decide.
-- **Background tasks** (`spawn`): every task a shell starts is in one set, keyed by what it
-  is for, and leaves it when it ends.
+- **Background tasks** (`spawn`, `members`, `busy`): tasks in groups named for what they are
+  for, each under a key, leaving their group when they end. The ledger's compiles and
+  requests keep their own mappings: they must leave them at the end of their own body,
+  before another task can read them, which a done-callback does not promise.
 - **The progress barrier** (`progress`): the command a workflow task sends when it applied a
   completion that changes a later decision (below).
 - **Close when safe** (`history_long`, `close_when_safe`): once the history is long, wait
@@ -67,7 +69,7 @@ Each works around a Temporal or SDK behaviour; each says what it guards and when
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
@@ -170,7 +172,7 @@ class ShellKernel:
         self._refusal = refusal
         self._count_drop = count_drop
         self._deliveries = UpdateDeliveries()
-        self._tasks: dict[str, set[asyncio.Task[Any]]] = {}
+        self._tasks: dict[str, dict[Hashable, asyncio.Task[Any]]] = {}
         self.woken = False
 
     # --- start input
@@ -226,13 +228,27 @@ class ShellKernel:
 
     # --- background tasks
 
-    def spawn(self, group: str, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """Run `coroutine` as a task of `group`; it leaves the group when it ends."""
+    def spawn(
+        self, group: str, coroutine: Coroutine[Any, Any, T], key: Hashable = None
+    ) -> asyncio.Task[T]:
+        """Run `coroutine` as a task of `group`, under `key` (by default the task itself); it
+        leaves the group when it ends (a done-callback: use it only where nothing reads the
+        group between the task's last step and that callback)."""
         task = asyncio.create_task(coroutine)
-        members = self._tasks.setdefault(group, set())
-        members.add(task)
-        task.add_done_callback(members.discard)
+        members = self._tasks.setdefault(group, {})
+        member_key = task if key is None else key
+        members[member_key] = task
+
+        def leave(_: asyncio.Task[T]) -> None:
+            if members.get(member_key) is task:
+                del members[member_key]
+
+        task.add_done_callback(leave)
         return task
+
+    def members(self, group: str) -> Mapping[Any, asyncio.Task[Any]]:
+        """The tasks of `group` still going, by key."""
+        return self._tasks.get(group, {})
 
     def busy(self, *groups: str) -> bool:
         """Whether a task of any of these groups is still going."""

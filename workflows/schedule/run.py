@@ -64,8 +64,10 @@ with workflow.unsafe.imports_passed_through():
 # Internal signal, schedule -> run (not part of the wire contract): report by signal from now
 # on, not by completing.
 REPORT_BY_SIGNAL = "durability.report_by_signal"
-# The kernel's task group of child starts (`RunReports.start`).
+# The kernel's task groups of child starts (`RunReports.start`) and of the watches on the
+# started runs' completions, by scheduled_time.
 STARTS = "run-start"
+WATCHES = "run-watch"
 # Time a cancelled run activity gets, beyond run_timeout_ms, to acknowledge cancellation.
 RUN_CANCEL_GRACE = timedelta(seconds=30)
 
@@ -336,8 +338,6 @@ class RunReports:
         self._core = core
         self._kernel = kernel
         self._send_progress = send_progress
-        # The watch on each started run's completion (its report), by scheduled_time.
-        self._watches: dict[int, asyncio.Task[None]] = {}
         # Runs told to report by signal (`hand_over`): each is told once.
         self._handed_over: set[int] = set()
 
@@ -362,9 +362,8 @@ class RunReports:
             self._kernel.wake()
             self._send_progress(refused=run.scheduled_time)
             return
-        watch = asyncio.create_task(self._watch(run_object, handle))
-        self._watches[run.scheduled_time] = watch
-        watch.add_done_callback(lambda _: self._watches.pop(run.scheduled_time, None))
+        # The watch on the run's completion (its report), keyed by its scheduled_time.
+        self._kernel.spawn(WATCHES, self._watch(run_object, handle), key=run.scheduled_time)
 
     async def _watch(
         self,
@@ -397,7 +396,8 @@ class RunReports:
 
     async def hand_over_alive(self) -> bool:
         """Before continue-as-new: the runs still going report by signal from now on."""
-        alive = {t: w for t, w in self._watches.items() if t not in self._handed_over}
+        watches = self._kernel.members(WATCHES)
+        alive = {t: w for t, w in watches.items() if t not in self._handed_over}
         if alive:
             self._handed_over.update(alive)
             await hand_over([(run_workflow_id(self._object_id, t), w) for t, w in alive.items()])
