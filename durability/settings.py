@@ -430,7 +430,8 @@ CHECKED: tuple[Setting[Any], ...] = tuple(s for s in SETTINGS if s is not GRPC_M
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    """The worker's own settings, checked; Temporal's are read again by the connection."""
+    """The settings worker.py acts on itself, checked. The connection reads Temporal's, and
+    DurabilityPlugin the key ring and the activities' URLs, from the same environment."""
 
     task_queue: str
     metrics_port: int
@@ -440,8 +441,6 @@ class WorkerSettings:
     max_concurrent_activities: int
     poller_autoscaling: bool
     deployment: tuple[str, str] | None  # (name, build id)
-    codec: EncryptionCodec | None
-    ledger_url: str
     webhook_allowlist: WebhookAllowlist
     log_level: str
     skip_search_attribute_check: bool
@@ -477,9 +476,10 @@ def check_all(env: Mapping[str, str]) -> None:
 
 
 def worker_settings(env: Mapping[str, str]) -> WorkerSettings:
-    """Check every setting, then read the worker's own; ConfigurationError names the first
-    bad one."""
+    """Check every setting and the rules between them, then read the worker's own;
+    ConfigurationError names the first bad one."""
     check_all(env)
+    encryption_codec(env)
     return WorkerSettings(
         task_queue=TASK_QUEUE.read(env),
         metrics_port=METRICS_PORT.read(env),
@@ -489,8 +489,6 @@ def worker_settings(env: Mapping[str, str]) -> WorkerSettings:
         max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES.read(env),
         poller_autoscaling=POLLER_AUTOSCALING.read(env),
         deployment=deployment(env),
-        codec=encryption_codec(env),
-        ledger_url=LEDGER_URL.read(env),
         webhook_allowlist=WEBHOOK_ALLOWED_URLS.read(env),
         log_level=LOG_LEVEL.read(env),
         skip_search_attribute_check=SKIP_SEARCH_ATTRIBUTE_CHECK.read(env),

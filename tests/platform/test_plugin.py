@@ -186,8 +186,9 @@ async def test_on_a_worker_whose_client_encodes_otherwise_the_plugin_refuses(
     expected: str,
 ) -> None:
     """Otherwise the worker would write a run's params in clear with encryption set."""
-    options = {} if client_converter is None else {"data_converter": client_converter}
-    client = await Client.connect(dev_server_address, **options)
+    client = await Client.connect(
+        dev_server_address, data_converter=client_converter or DataConverter.default
+    )
     with pytest.raises(ConfigurationError) as refused:
         Worker(client, task_queue=task_queue, plugins=[DurabilityPlugin(env=ENCRYPTED)])
     message = str(refused.value)
