@@ -172,7 +172,7 @@ async def check_namespace(client: Client) -> None:
             DescribeNamespaceRequest(namespace=client.namespace)
         )
     except RPCError as error:
-        if error.status == RPCStatusCode.NOT_FOUND:
+        if error.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
             raise ConfigurationError(
                 f"TEMPORAL_NAMESPACE {client.namespace!r} does not exist on "
                 f"{client.service_client.config.target_host}: {error.message}"

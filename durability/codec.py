@@ -225,6 +225,11 @@ def codec_from_env(env: Mapping[str, str] | None = None) -> EncryptionCodec | No
         key_id = current or DEFAULT_KEY_ID  # as written by earlier versions: not stripped
         return EncryptionCodec(_decode_key(KEY_ENV, f"(key id {key_id!r})", single), key_id)
     if not ring_text.strip():
+        if current.strip():
+            # Without this, a lost key setting would leave payloads in clear unnoticed.
+            raise ValueError(
+                f"{KEY_ID_ENV} is {current!r}, but neither {KEYS_ENV} nor {KEY_ENV} is set"
+            )
         return None
     keys = parse_key_ring(ring_text)
     current = current.strip()

@@ -17,6 +17,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.envconfig import ClientConfig, ClientConnectConfig
 from temporalio.runtime import Runtime
+from temporalio.service import TLSConfig
 
 from durability import settings
 from durability.settings import ConfigurationError
@@ -63,6 +64,12 @@ def load_connect_config(env: Mapping[str, str] | None = None) -> ClientConnectCo
         raise ConfigurationError(
             f"Temporal environment configuration ({', '.join(given) or 'defaults'}): {error}"
         ) from error
+    tls = config.get("tls")
+    if isinstance(tls, TLSConfig) and bool(tls.client_cert) != bool(tls.client_private_key):
+        raise ConfigurationError(
+            "TEMPORAL_TLS_CLIENT_CERT_PATH (or _DATA) and TEMPORAL_TLS_CLIENT_KEY_PATH (or "
+            "_DATA) go together: set both for mTLS, or neither"
+        )
     address = config.get("target_host") or "localhost:7233"
     try:
         settings.host_port(address)
@@ -96,7 +103,7 @@ async def connect(
             plugins=list(plugins) if plugins is not None else [DurabilityPlugin(env=env)],
             runtime=runtime,
         )
-    except RuntimeError as error:
+    except (RuntimeError, ValueError) as error:
         tls = " with TLS" if config.get("tls") not in (None, False) else ""
         raise ConfigurationError(
             f"cannot connect to Temporal at {config.get('target_host')!r}{tls}: {error}"

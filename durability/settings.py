@@ -71,6 +71,13 @@ def text_value(text: str) -> str:
     return text
 
 
+def not_blank(text: str) -> str:
+    """Any value but an empty or blank one."""
+    if not text.strip():
+        raise ValueError("must not be blank")
+    return text
+
+
 def task_queue_name(text: str) -> str:
     """A name Temporal accepts for a task queue."""
     if not text.strip():
@@ -317,7 +324,14 @@ TEMPORAL_SETTINGS: tuple[Setting[Any], ...] = (
         host_port,
         group=TEMPORAL,
     ),
-    Setting("TEMPORAL_NAMESPACE", "default", "namespace to serve", text_value, group=TEMPORAL),
+    Setting(
+        "TEMPORAL_NAMESPACE",
+        "default",
+        "namespace to serve",
+        not_blank,
+        group=TEMPORAL,
+        checked_blank=True,
+    ),
     _temporal(
         "TEMPORAL_API_KEY", "API key (turns TLS on unless `TEMPORAL_TLS=false`)", secret=True
     ),

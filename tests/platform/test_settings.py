@@ -129,6 +129,7 @@ BAD = [
     ({"DURABILITY_LOG_LEVEL": "loud"}, "DURABILITY_LOG_LEVEL", "one of DEBUG"),
     ({"TEMPORAL_ADDRESS": "not-an-address"}, "TEMPORAL_ADDRESS", "host:port"),
     ({"TEMPORAL_ADDRESS": "localhost:0"}, "TEMPORAL_ADDRESS", "host:port"),
+    ({"TEMPORAL_NAMESPACE": ""}, "TEMPORAL_NAMESPACE", "must not be blank"),
     ({"TEMPORAL_TLS": "maybe"}, "TEMPORAL_TLS", "1, 0, true or false"),
     ({"TEMPORAL_TLS": ""}, "TEMPORAL_TLS", "1, 0, true or false"),
     (
@@ -148,8 +149,9 @@ BAD = [
     ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
     ({"OTEL_SDK_DISABLED": "maybe"}, "OTEL_SDK_DISABLED", "true or false"),
 ]
-# Secrets: the line names the setting (and the entry) but never the key.
+# Keys and certificates: the line names the setting (and the entry) but never the value.
 BAD_KEYS = [
+    ({"TEMPORAL_TLS_CLIENT_CERT_DATA": "garbage"}, "TEMPORAL_TLS_CLIENT_KEY_PATH", "go together"),
     ({"DURABILITY_ENCRYPTION_KEYS": "garbage"}, "DURABILITY_ENCRYPTION_KEYS", "not id:base64"),
     ({"DURABILITY_ENCRYPTION_KEYS": "A:notbase64"}, "DURABILITY_ENCRYPTION_KEYS", "'A'"),
     ({"DURABILITY_ENCRYPTION_KEYS": f"A:{SHORT_KEY}"}, "DURABILITY_ENCRYPTION_KEYS", "16 bytes"),
@@ -167,6 +169,11 @@ BAD_KEYS = [
         {"DURABILITY_ENCRYPTION_KEYS": f"A:{KEY},B:{OTHER_KEY}"},
         "DURABILITY_ENCRYPTION_KEY_ID",
         "must name the current key",
+    ),
+    (
+        {"DURABILITY_ENCRYPTION_KEY_ID": "A"},
+        "DURABILITY_ENCRYPTION_KEY_ID",
+        "neither DURABILITY_ENCRYPTION_KEYS nor DURABILITY_ENCRYPTION_KEY is set",
     ),
     ({"DURABILITY_ENCRYPTION_KEY": "notbase64"}, "DURABILITY_ENCRYPTION_KEY", "not valid base64"),
     (
