@@ -444,16 +444,13 @@ CHECKED: tuple[Setting[Any], ...] = tuple(s for s in SETTINGS if s is not GRPC_M
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    """The settings worker.py acts on itself, checked. The connection reads Temporal's, and
-    DurabilityPlugin the key ring and the activities' URLs, from the same environment."""
+    """The settings worker.py acts on itself, checked (the tuning ones: worker.worker_tuning).
+    The connection reads Temporal's, and DurabilityPlugin the key ring and the activities'
+    URLs, from the same environment."""
 
     task_queue: str
     metrics_port: int
     drain_seconds: int
-    max_cached_workflows: int
-    max_concurrent_workflow_tasks: int
-    max_concurrent_activities: int
-    poller_autoscaling: bool
     deployment: tuple[str, str] | None  # (name, build id)
     webhook_allowlist: WebhookAllowlist
     log_level: str
@@ -498,10 +495,6 @@ def worker_settings(env: Mapping[str, str]) -> WorkerSettings:
         task_queue=TASK_QUEUE.read(env),
         metrics_port=METRICS_PORT.read(env),
         drain_seconds=DRAIN_SECONDS.read(env),
-        max_cached_workflows=MAX_CACHED_WORKFLOWS.read(env),
-        max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS.read(env),
-        max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES.read(env),
-        poller_autoscaling=POLLER_AUTOSCALING.read(env),
         deployment=deployment(env),
         webhook_allowlist=WEBHOOK_ALLOWED_URLS.read(env),
         log_level=LOG_LEVEL.read(env),
