@@ -15,12 +15,11 @@ Pass it to `Client.connect` (workers built from that client inherit it) or to on
 `Worker`, not both: Temporal applies a client's plugins to its workers, so both would
 register everything twice. On the client it replaces the client's data converter:
 durability's payloads are pydantic models and need the pydantic converter. A worker's
-payloads go through its client's converter, which a worker plugin cannot change, so on a
-`Worker` the plugin refuses (ConfigurationError) a client whose converter is not the one
-the plugin would have set: connect that client with
+payloads go through its client's converter, and so do the calls your code makes with that
+client (a schedule's `set`, its `params` included); converting only the worker's would still
+leave those in clear. So on a `Worker` the plugin refuses (ConfigurationError) a client
+whose converter is not the one the plugin would have set: connect that client with
 `data_converter=durability.connect.data_converter()` (same environment, same key ring).
-Otherwise encryption would silently stop at the worker, and a run's `params` would be
-stored in clear.
 
 Every setting the plugin reads (encryption keys, `DURABILITY_WEBHOOK_ALLOWED_URLS`,
 `DURABILITY_LEDGER_URL`) comes from `env` (default: the process environment), read and
@@ -89,7 +88,8 @@ class DurabilityPlugin(SimplePlugin):
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         """As SimplePlugin, after checking that the worker's client encodes payloads the way
-        this plugin would (a worker plugin cannot change its client's converter)."""
+        this plugin would (the worker and the calls made with that client use its
+        converter, which SimplePlugin does not touch on a worker)."""
         client = config.get("client")
         if client is not None and self not in client.config().get("plugins", []):
             problem = self._converter_mismatch(client.data_converter)
