@@ -235,6 +235,20 @@ async def test_a_missing_namespace_exits_two_even_without_the_search_attribute_c
     assert f"TEMPORAL_NAMESPACE 'nowhere-{unique}' does not exist" in line
 
 
+async def test_a_blank_namespace_from_a_profile_exits_two_naming_it(
+    dev_server_address: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "temporal.toml"
+    config.write_text(f'[profile.default]\naddress = "{dev_server_address}"\nnamespace = ""\n')
+    env = subprocess_env(dev_server_address, TEMPORAL_CONFIG_FILE=str(config))
+    for name in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE"):
+        env.pop(name)
+    result = await run_command(WORKER, check=False, env=env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "TEMPORAL_NAMESPACE '' does not exist" in line
+
+
 async def test_an_unreachable_server_exits_two_naming_the_address() -> None:
     line = await refused("127.0.0.1:1", {})
     assert "cannot connect to Temporal at '127.0.0.1:1'" in line
