@@ -1,38 +1,7 @@
 """The durability worker: `python worker.py`. A fleet is N of these processes.
 
-Settings (environment):
-  TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS*, TEMPORAL_PROFILE
-      Temporal's own environment configuration (envconfig); default localhost:7233/default.
-  DURABILITY_TASK_QUEUE      task queue to poll (default "durability").
-  DURABILITY_METRICS_PORT    Prometheus /metrics port (default 9464; 0 disables).
-  DURABILITY_DRAIN_SECONDS   how long SIGTERM/SIGINT waits for running activities (default 30).
-  DURABILITY_MAX_CACHED_WORKFLOWS
-      workflows kept in memory between their tasks (default 1000; 0 caches none, so every
-      workflow task replays the history from its first event: slower, never less correct).
-  DURABILITY_MAX_CONCURRENT_WORKFLOW_TASKS   workflow tasks run at once (default 100, >= 1).
-  DURABILITY_MAX_CONCURRENT_ACTIVITIES       activities run at once (default 100, >= 1).
-  DURABILITY_POLLER_AUTOSCALING
-      1 (default): the workflow and activity task pollers scale with the server's feedback;
-      0: the SDK's fixed pollers (5 per kind, of which 1 polls for new workflows' first tasks,
-      which caps how fast a worker takes up many newly started schedules).
-  DURABILITY_DEPLOYMENT_NAME, DURABILITY_BUILD_ID
-      worker versioning: both set turns on Worker Deployment versioning.
-  DURABILITY_ENCRYPTION_KEYS  id:base64,id2:base64,...: AES-256 key ring; payloads under any
-      listed key decrypt (durability/codec.py, docs/security.md for rotation).
-  DURABILITY_ENCRYPTION_KEY_ID  id of the current key, which encrypts new payloads.
-  DURABILITY_ENCRYPTION_KEY  a single base64 key (a ring of one); not together with _KEYS.
-  DURABILITY_LEDGER_URL      base URL of the built-in http_submit/http_query activities.
-  DURABILITY_WEBHOOK_ALLOWED_URLS
-      comma-separated URL prefixes the built-in run_webhook/on_outcome_webhook activities may
-      POST to, e.g. https://hooks.example.com/,http://127.0.0.1:8080/ (scheme, host, port and
-      path prefix must match; `host:*` allows any port). Unset or empty (the default), every
-      webhook is refused; a malformed entry exits 2 naming it.
-  OTEL_SERVICE_NAME, OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_*
-      OpenTelemetry tracing (durability/tracing.py): off unless an exporter is asked for;
-      `otlp` sends OTLP/HTTP to the endpoint (default http://localhost:4318).
-  DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK
-      1 skips the startup check that the namespace has durability's search attributes
-      (default 0: a missing or mistyped one exits 2 with the commands that register it).
+Every setting comes from the environment and is declared once, in durability.settings:
+`python worker.py --help` lists them. A bad or unusable one exits 2 with one line naming it.
 """
 
 from __future__ import annotations
@@ -48,6 +17,7 @@ from datetime import timedelta
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
@@ -60,65 +30,15 @@ from temporalio.worker import (
     WorkerDeploymentConfig,
 )
 
-from activities.schedule import WebhookAllowlist, WebhookAllowlistError
-from durability.connect import ConfigurationError, connect, task_queue
+from activities.schedule import WebhookAllowlist
+from durability import settings
+from durability.connect import ConfigurationError, connect
 from durability.plugin import DurabilityPlugin
 from durability.registry import workflow_runner
 from durability.tracing import configure_tracing
 from workflows import search_attributes
 
 log = logging.getLogger("durability.worker")
-
-# Every environment variable the worker reads besides Temporal's own envconfig ones.
-SETTINGS = (
-    "DURABILITY_TASK_QUEUE",
-    "DURABILITY_METRICS_PORT",
-    "DURABILITY_DRAIN_SECONDS",
-    "DURABILITY_MAX_CACHED_WORKFLOWS",
-    "DURABILITY_MAX_CONCURRENT_WORKFLOW_TASKS",
-    "DURABILITY_MAX_CONCURRENT_ACTIVITIES",
-    "DURABILITY_DEPLOYMENT_NAME",
-    "DURABILITY_BUILD_ID",
-    "DURABILITY_ENCRYPTION_KEYS",
-    "DURABILITY_ENCRYPTION_KEY",
-    "DURABILITY_ENCRYPTION_KEY_ID",
-    "DURABILITY_LEDGER_URL",
-    "DURABILITY_WEBHOOK_ALLOWED_URLS",
-    "DURABILITY_LOG_LEVEL",
-    "DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK",
-)
-# The standard OpenTelemetry variables durability.tracing acts on (the SDK reads the rest).
-OTEL_SETTINGS = (
-    "OTEL_SERVICE_NAME",
-    "OTEL_TRACES_EXPORTER",
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_PROTOCOL",
-    "OTEL_SDK_DISABLED",
-)
-ENVCONFIG_SETTINGS = (
-    "TEMPORAL_ADDRESS",
-    "TEMPORAL_NAMESPACE",
-    "TEMPORAL_API_KEY",
-    "TEMPORAL_PROFILE",
-    "TEMPORAL_TLS",
-    "TEMPORAL_TLS_CLIENT_CERT_PATH",
-    "TEMPORAL_TLS_CLIENT_KEY_PATH",
-    "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
-    "TEMPORAL_TLS_SERVER_NAME",
-    "TEMPORAL_CONFIG_FILE",
-)
-
-
-def _int_setting(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
-    raw = env.get(name, str(default))
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -140,35 +60,18 @@ class WorkerTuning:
 def worker_tuning(env: Mapping[str, str]) -> WorkerTuning:
     """Read the tuning settings; a bad value raises ConfigurationError naming it."""
     return WorkerTuning(
-        max_cached_workflows=_int_setting(env, "DURABILITY_MAX_CACHED_WORKFLOWS", 1000),
-        max_concurrent_workflow_tasks=_int_setting(
-            env, "DURABILITY_MAX_CONCURRENT_WORKFLOW_TASKS", 100, minimum=1
-        ),
-        max_concurrent_activities=_int_setting(
-            env, "DURABILITY_MAX_CONCURRENT_ACTIVITIES", 100, minimum=1
-        ),
-        poller_autoscaling=_flag_setting(env, "DURABILITY_POLLER_AUTOSCALING", default=True),
+        max_cached_workflows=settings.MAX_CACHED_WORKFLOWS.read(env),
+        max_concurrent_workflow_tasks=settings.MAX_CONCURRENT_WORKFLOW_TASKS.read(env),
+        max_concurrent_activities=settings.MAX_CONCURRENT_ACTIVITIES.read(env),
+        poller_autoscaling=settings.POLLER_AUTOSCALING.read(env),
     )
-
-
-def _flag_setting(env: Mapping[str, str], name: str, default: bool = False) -> bool:
-    raw = env.get(name, "")
-    if raw.strip() == "":
-        return default
-    if raw.strip().lower() in ("1", "true", "yes"):
-        return True
-    if raw.strip().lower() in ("0", "false", "no"):
-        return False
-    raise ConfigurationError(f"{name} must be 1 or 0, got {raw!r}")
 
 
 def webhook_allowlist(env: Mapping[str, str]) -> WebhookAllowlist:
     """Read DURABILITY_WEBHOOK_ALLOWED_URLS; a malformed entry raises ConfigurationError
     naming it."""
-    try:
-        return WebhookAllowlist.from_env(env)
-    except WebhookAllowlistError as error:
-        raise ConfigurationError(str(error)) from None
+    allowlist: WebhookAllowlist = settings.WEBHOOK_ALLOWED_URLS.read(env)
+    return allowlist
 
 
 # Refusals that mean "you may not look" (e.g. a hosted namespace), not "it is missing".
@@ -236,21 +139,22 @@ async def check_search_attributes(client: Client) -> None:
 def _runtime(metrics_port: int) -> Runtime | None:
     if metrics_port == 0:
         return None
-    return Runtime(
-        telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"0.0.0.0:{metrics_port}"))
-    )
-
-
-def _deployment(env: Mapping[str, str]) -> WorkerDeploymentConfig | None:
-    name = env.get("DURABILITY_DEPLOYMENT_NAME")
-    build_id = env.get("DURABILITY_BUILD_ID")
-    if not name and not build_id:
-        return None
-    if not name or not build_id:
+    address = f"0.0.0.0:{metrics_port}"
+    try:
+        return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=address)))
+    except ValueError as error:  # the exporter binds here: e.g. the port is taken
         raise ConfigurationError(
-            "DURABILITY_DEPLOYMENT_NAME and DURABILITY_BUILD_ID go together, got "
-            f"{name!r} and {build_id!r}"
-        )
+            f"{settings.METRICS_PORT.name} {metrics_port} cannot be used ({error}); choose a "
+            "free port, or 0 to turn metrics off"
+        ) from None
+
+
+def _deployment(
+    name_and_build_id: tuple[str, str] | None,
+) -> WorkerDeploymentConfig | None:
+    if name_and_build_id is None:
+        return None
+    name, build_id = name_and_build_id
     return WorkerDeploymentConfig(
         version=WorkerDeploymentVersion(deployment_name=name, build_id=build_id),
         use_worker_versioning=True,
@@ -260,27 +164,44 @@ def _deployment(env: Mapping[str, str]) -> WorkerDeploymentConfig | None:
     )
 
 
+async def check_namespace(client: Client) -> None:
+    """Refuse to start on a namespace that does not exist (the search attribute check
+    finds that too, but it can be skipped)."""
+    try:
+        await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=client.namespace)
+        )
+    except RPCError as error:
+        if error.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+            raise ConfigurationError(
+                f"TEMPORAL_NAMESPACE {client.namespace!r} does not exist on "
+                f"{client.service_client.config.target_host}: {error.message}"
+            ) from None
+        if error.status not in _NOT_PERMITTED:
+            raise
+
+
 async def run_worker(env: Mapping[str, str] | None = None) -> None:
-    """Connect, serve every workflow and activity, and drain on SIGTERM/SIGINT."""
+    """Connect, serve every workflow and activity, and drain on SIGTERM/SIGINT. Every
+    setting, the connection's and the plugin's included, is read from `env` (default: the
+    process environment)."""
     env = dict(os.environ if env is None else env)
-    queue = task_queue(env)
-    drain = _int_setting(env, "DURABILITY_DRAIN_SECONDS", 30)
-    metrics_port = _int_setting(env, "DURABILITY_METRICS_PORT", 9464)
+    config = settings.worker_settings(env)
     tuning = worker_tuning(env)
-    deployment = _deployment(env)
-    skip_check = _flag_setting(env, "DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK")
-    webhooks = webhook_allowlist(env)
+    deployment = _deployment(config.deployment)
     # The one wiring users get too (durability.plugin): converter, codec, tracing, and the
     # workflows and built-in activities of every worker made from this client.
-    plugin = DurabilityPlugin(webhook_allowlist=webhooks)
-    client = await connect(env, runtime=_runtime(metrics_port), plugins=[plugin])
-    if not skip_check:
+    plugin = DurabilityPlugin(webhook_allowlist=config.webhook_allowlist, env=env)
+    runtime = _runtime(config.metrics_port)
+    client = await connect(env, runtime=runtime, plugins=[plugin])
+    await check_namespace(client)
+    if not config.skip_search_attribute_check:
         await check_search_attributes(client)
     worker = Worker(
         client,
-        task_queue=queue,
+        task_queue=config.task_queue,
         workflow_runner=workflow_runner(),
-        graceful_shutdown_timeout=timedelta(seconds=drain),
+        graceful_shutdown_timeout=timedelta(seconds=config.drain_seconds),
         deployment_config=deployment,
         max_cached_workflows=tuning.max_cached_workflows,
         max_concurrent_workflow_tasks=tuning.max_concurrent_workflow_tasks,
@@ -294,33 +215,46 @@ async def run_worker(env: Mapping[str, str] | None = None) -> None:
         loop.add_signal_handler(signum, stop.set)
     log.info(
         "worker polling task queue %r on %s (namespace %s), metrics port %s, %s",
-        queue,
+        config.task_queue,
         client.service_client.config.target_host,
         client.namespace,
-        metrics_port or "off",
+        config.metrics_port or "off",
         ", ".join(f"{name}={value}" for name, value in asdict(tuning).items()),
     )
     log.info(
         "webhook activities may POST under: %s",
-        webhooks
-        if webhooks.prefixes
+        config.webhook_allowlist
+        if config.webhook_allowlist.prefixes
         else "nothing (DURABILITY_WEBHOOK_ALLOWED_URLS is unset or empty)",
     )
     async with worker:
         await stop.wait()
-        log.info("shutting down: draining for up to %ss", drain)
+        log.info("shutting down: draining for up to %ss", config.drain_seconds)
     log.info("worker stopped")
 
 
-def main() -> int:
-    logging.basicConfig(
-        level=os.environ.get("DURABILITY_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def main(argv: list[str] | None = None) -> int:
+    """`python worker.py [--help]`: 0 after a drain or --help, 2 for a bad setting."""
+    arguments = sys.argv[1:] if argv is None else argv
+    if arguments in (["--help"], ["-h"]):
+        print(settings.help_text(), end="")
+        return 0
+    if arguments:
+        print(
+            f"durability worker: unexpected argument {arguments[0]!r}: settings come from "
+            "the environment (python worker.py --help lists them)",
+            file=sys.stderr,
+        )
+        return 2
+    env = dict(os.environ)
     tracing = None
     try:
-        tracing = configure_tracing("durability-worker")
-        asyncio.run(run_worker())
+        log_level = settings.worker_settings(env).log_level
+        logging.basicConfig(
+            level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        tracing = configure_tracing("durability-worker", env)
+        asyncio.run(run_worker(env))
     except ConfigurationError as error:
         print(f"durability worker: {error}", file=sys.stderr)
         return 2

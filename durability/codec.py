@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -74,6 +76,7 @@ class EncryptionCodec(PayloadCodec):
 
     def __init__(self, key: bytes, key_id: str = DEFAULT_KEY_ID) -> None:
         self._keys: dict[str, AESGCM] = {}
+        self._digests: dict[str, bytes] = {}
         self._add(key_id, key)
         self.key_id = key_id
 
@@ -95,6 +98,16 @@ class EncryptionCodec(PayloadCodec):
         if len(key) != KEY_BYTES:
             raise ValueError(f"key {key_id!r} must be {KEY_BYTES} bytes, got {len(key)}")
         self._keys[key_id] = AESGCM(key)
+        self._digests[key_id] = hashlib.sha256(key).digest()
+
+    def same_ring(self, other: EncryptionCodec) -> bool:
+        """Whether `other` holds the same keys under the same ids and the same current key,
+        so each reads and writes what the other does."""
+        return (
+            self.key_id == other.key_id
+            and self._digests.keys() == other._digests.keys()
+            and all(hmac.compare_digest(d, other._digests[k]) for k, d in self._digests.items())
+        )
 
     @property
     def key_ids(self) -> list[str]:
@@ -212,6 +225,11 @@ def codec_from_env(env: Mapping[str, str] | None = None) -> EncryptionCodec | No
         key_id = current or DEFAULT_KEY_ID  # as written by earlier versions: not stripped
         return EncryptionCodec(_decode_key(KEY_ENV, f"(key id {key_id!r})", single), key_id)
     if not ring_text.strip():
+        if current.strip():
+            # Without this, a lost key setting would leave payloads in clear unnoticed.
+            raise ValueError(
+                f"{KEY_ID_ENV} is {current!r}, but neither {KEYS_ENV} nor {KEY_ENV} is set"
+            )
         return None
     keys = parse_key_ring(ring_text)
     current = current.strip()

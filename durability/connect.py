@@ -17,28 +17,24 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.envconfig import ClientConfig, ClientConnectConfig
 from temporalio.runtime import Runtime
+from temporalio.service import TLSConfig
 
-from durability import DEFAULT_TASK_QUEUE, TASK_QUEUE_ENV
+from durability import settings
+from durability.settings import ConfigurationError
 
-
-class ConfigurationError(Exception):
-    """A setting is wrong; the message names it and its value."""
+__all__ = ["ConfigurationError", "connect", "data_converter", "load_connect_config", "task_queue"]
 
 
 def task_queue(env: Mapping[str, str] | None = None) -> str:
     """The task queue from `DURABILITY_TASK_QUEUE`, default `durability`."""
-    value = (os.environ if env is None else env).get(TASK_QUEUE_ENV, DEFAULT_TASK_QUEUE)
-    if not value.strip():
-        raise ConfigurationError(f"{TASK_QUEUE_ENV} must not be empty, got {value!r}")
-    return value
+    return settings.TASK_QUEUE.read(os.environ if env is None else env)
 
 
 def data_converter(env: Mapping[str, str] | None = None) -> DataConverter:
     """The pydantic data converter, plus the payload codec when encryption is configured
-    (`DURABILITY_ENCRYPTION_KEYS`/`_KEY_ID`, see durability/codec.py)."""
-    from durability.codec import codec_from_env
-
-    codec = codec_from_env(env)
+    (`DURABILITY_ENCRYPTION_KEYS`/`_KEY_ID`, see durability/codec.py); a bad key setting
+    raises ConfigurationError naming it."""
+    codec = settings.encryption_codec(os.environ if env is None else env)
     if codec is None:
         return pydantic_data_converter
     return DataConverter(
@@ -47,19 +43,38 @@ def data_converter(env: Mapping[str, str] | None = None) -> DataConverter:
     )
 
 
+_PROFILE_SETTINGS = ("TEMPORAL_PROFILE", "TEMPORAL_CONFIG_FILE")
+
+
 def load_connect_config(env: Mapping[str, str] | None = None) -> ClientConnectConfig:
-    """Load envconfig settings and check the address before any dial."""
+    """Load envconfig settings from `env` (default: the process environment) and check them
+    before any dial: the `TEMPORAL_*` entries of durability.settings, then the address
+    wherever it came from (environment or profile)."""
+    source = os.environ if env is None else env
+    for setting in settings.TEMPORAL_SETTINGS:
+        if setting.is_set(source):
+            setting.read(source)
     try:
         config = ClientConfig.load_client_connect_config(
-            profile=(os.environ if env is None else env).get("TEMPORAL_PROFILE"),
-            override_env_vars=env,
+            profile=source.get("TEMPORAL_PROFILE") or None,
+            override_env_vars=dict(source),
         )
     except Exception as error:  # envconfig raises plain errors for bad files/values
-        raise ConfigurationError(f"Temporal environment configuration: {error}") from error
+        given = [f"{name} {source[name]!r}" for name in _PROFILE_SETTINGS if source.get(name)]
+        raise ConfigurationError(
+            f"Temporal environment configuration ({', '.join(given) or 'defaults'}): {error}"
+        ) from error
+    tls = config.get("tls")
+    if isinstance(tls, TLSConfig) and bool(tls.client_cert) != bool(tls.client_private_key):
+        raise ConfigurationError(
+            "TEMPORAL_TLS_CLIENT_CERT_PATH (or _DATA) and TEMPORAL_TLS_CLIENT_KEY_PATH (or "
+            "_DATA) go together: set both for mTLS, or neither"
+        )
     address = config.get("target_host") or "localhost:7233"
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigurationError(f"TEMPORAL_ADDRESS must be host:port, got {address!r}")
+    try:
+        settings.host_port(address)
+    except ValueError:
+        raise ConfigurationError(f"TEMPORAL_ADDRESS must be host:port, got {address!r}") from None
     config["target_host"] = address
     return config
 
@@ -85,10 +100,11 @@ async def connect(
     try:
         return await Client.connect(
             **config,
-            plugins=list(plugins) if plugins is not None else [DurabilityPlugin()],
+            plugins=list(plugins) if plugins is not None else [DurabilityPlugin(env=env)],
             runtime=runtime,
         )
-    except RuntimeError as error:
+    except (RuntimeError, ValueError) as error:
+        tls = " with TLS" if config.get("tls") not in (None, False) else ""
         raise ConfigurationError(
-            f"cannot connect to Temporal at {config.get('target_host')!r}: {error}"
+            f"cannot connect to Temporal at {config.get('target_host')!r}{tls}: {error}"
         ) from error

@@ -41,12 +41,13 @@ def all_workflows() -> list[type]:
 
 
 def builtin_activities(
-    webhook_allowlist: WebhookAllowlist | None = None,
+    webhook_allowlist: WebhookAllowlist | None = None, ledger_url: str | None = None
 ) -> Sequence[Callable[..., Any]]:
     """Built-in activities: logging defaults and HTTP webhooks for both capabilities. The
     schedule's webhooks call only URLs in `webhook_allowlist` (default: the process's
-    `DURABILITY_WEBHOOK_ALLOWED_URLS`; unset, they refuse every URL)."""
+    `DURABILITY_WEBHOOK_ALLOWED_URLS`; unset, they refuse every URL); the ledger's HTTP
+    activities call `ledger_url` (default: the process's `DURABILITY_LEDGER_URL`)."""
     from activities.ledger import ledger_activities
     from activities.schedule import schedule_activities
 
-    return [*schedule_activities(allowed_urls=webhook_allowlist), *ledger_activities()]
+    return [*schedule_activities(allowed_urls=webhook_allowlist), *ledger_activities(ledger_url)]

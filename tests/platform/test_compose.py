@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-import worker
+from durability import settings
 from tests.support.helpers import PROJECT_ROOT
 from workflows import search_attributes
 
@@ -43,9 +43,16 @@ def test_long_running_services_have_healthchecks_and_one_shot_jobs_gate_startup(
 def test_worker_scales_and_its_environment_matches_worker_settings() -> None:
     service = SERVICES["worker"]
     assert "container_name" not in service and "ports" not in service  # --scale worker=3
-    known = set(worker.SETTINGS) | set(worker.ENVCONFIG_SETTINGS) | set(worker.OTEL_SETTINGS)
+    known = {setting.name for setting in settings.SETTINGS}
     unknown = set(service["environment"]) - known
     assert not unknown, f"worker.py does not read {unknown}"
+    # Every value passes the worker's checks, with compose's ${VAR:-default} as its default.
+    settings.check_all(
+        {
+            name: re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(value))
+            for name, value in service["environment"].items()
+        }
+    )
     assert service["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233"
     assert service["stop_signal"] == "SIGTERM"
     drain = int(service["environment"]["DURABILITY_DRAIN_SECONDS"])

@@ -4,14 +4,22 @@ activities, on one task queue, driven with the `temporal` CLI."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from temporalio import activity, workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 from temporalio.worker import Worker
 
+from durability.connect import ConfigurationError, data_converter
 from durability.plugin import DurabilityPlugin
 from tests.support.helpers import eventually, temporal
 
@@ -106,3 +114,85 @@ async def test_a_user_worker_with_the_plugin_serves_its_own_code_and_durability(
     assert run["idempotency_key"] == f"plugin-{unique}:{run['scheduled_time']}"
     assert run["params"] == {"p": 1}
     assert user.outcomes == [(run, {"status": "complete"})]
+
+
+# --- where the plugin goes, with encryption on ------------------------------------------
+
+KEY = base64.b64encode(os.urandom(32)).decode()
+ENCRYPTED = {"DURABILITY_ENCRYPTION_KEYS": f"A:{KEY}"}
+
+
+async def stored_run_input(raw: Client, schedule_id: str) -> Payload | None:
+    """The first run's input as the server stores it (read without any codec)."""
+    async for event in raw.get_workflow_handle(schedule_id).fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
+            return event.start_child_workflow_execution_initiated_event_attributes.input.payloads[0]
+    return None
+
+
+async def run_one(client: Client, worker: Worker, schedule_id: str, task_queue: str) -> Payload:
+    """Set a schedule whose params hold a secret, trigger a run, return its stored input."""
+    async with worker:
+        handle = await client.start_workflow(
+            "DurabilitySchedule", {}, id=schedule_id, task_queue=task_queue
+        )
+        await handle.execute_update(
+            "set", {"expression": YEARLY, "version": 1, "params": {"secret": "s3cret"}}
+        )
+        await handle.execute_update("trigger", {})
+        raw = await Client.connect(client.service_client.config.target_host)
+        payload: Payload = await eventually(lambda: stored_run_input(raw, schedule_id))
+        await handle.terminate("test done")
+    return payload
+
+
+async def test_on_the_client_the_plugin_encrypts_a_runs_input(
+    dev_server_address: str, task_queue: str, unique: str
+) -> None:
+    client = await Client.connect(dev_server_address, plugins=[DurabilityPlugin(env=ENCRYPTED)])
+    worker = Worker(client, task_queue=task_queue)
+    payload = await run_one(client, worker, f"schedule:on-client-{unique}", task_queue)
+    assert payload.metadata["encoding"] == b"binary/encrypted"
+    assert b"s3cret" not in payload.data
+
+
+async def test_on_a_worker_with_the_same_converter_the_plugin_encrypts_a_runs_input(
+    dev_server_address: str, task_queue: str, unique: str
+) -> None:
+    client = await Client.connect(dev_server_address, data_converter=data_converter(ENCRYPTED))
+    worker = Worker(client, task_queue=task_queue, plugins=[DurabilityPlugin(env=ENCRYPTED)])
+    payload = await run_one(client, worker, f"schedule:on-worker-{unique}", task_queue)
+    assert payload.metadata["encoding"] == b"binary/encrypted"
+    assert b"s3cret" not in payload.data
+
+
+@pytest.mark.parametrize(
+    ("client_converter", "expected"),
+    [
+        (None, "uses DefaultPayloadConverter, not the pydantic payload converter"),
+        (pydantic_data_converter, "does not encrypt payloads, but DURABILITY_ENCRYPTION_KEYS"),
+        (
+            data_converter(
+                {"DURABILITY_ENCRYPTION_KEYS": f"A:{base64.b64encode(os.urandom(32)).decode()}"}
+            ),
+            "encrypts with another key ring",
+        ),
+    ],
+)
+async def test_on_a_worker_whose_client_encodes_otherwise_the_plugin_refuses(
+    dev_server_address: str,
+    task_queue: str,
+    client_converter: DataConverter | None,
+    expected: str,
+) -> None:
+    """Otherwise the worker would write a run's params in clear with encryption set."""
+    client = await Client.connect(
+        dev_server_address, data_converter=client_converter or DataConverter.default
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        Worker(client, task_queue=task_queue, plugins=[DurabilityPlugin(env=ENCRYPTED)])
+    message = str(refused.value)
+    assert message.startswith("DurabilityPlugin on a Worker: the worker's client ")
+    assert expected in message
+    assert "data_converter=durability.connect.data_converter()" in message
+    assert "\n" not in message

@@ -83,63 +83,6 @@ def test_worker_tuning_defaults() -> None:
     assert isinstance(fixed.poller_behavior(), PollerBehaviorSimpleMaximum)
 
 
-@pytest.mark.parametrize(
-    ("setting", "value", "expected"),
-    [
-        (
-            "TEMPORAL_ADDRESS",
-            "not-an-address",
-            "TEMPORAL_ADDRESS must be host:port, got 'not-an-address'",
-        ),
-        ("TEMPORAL_ADDRESS", "127.0.0.1:1", "cannot connect to Temporal at '127.0.0.1:1'"),
-        (
-            "DURABILITY_DRAIN_SECONDS",
-            "soon",
-            "DURABILITY_DRAIN_SECONDS must be an integer, got 'soon'",
-        ),
-        ("DURABILITY_TASK_QUEUE", " ", "DURABILITY_TASK_QUEUE must not be empty"),
-        (
-            "DURABILITY_MAX_CACHED_WORKFLOWS",
-            "-1",
-            "DURABILITY_MAX_CACHED_WORKFLOWS must be >= 0, got -1",
-        ),
-        (
-            "DURABILITY_MAX_CONCURRENT_WORKFLOW_TASKS",
-            "0",
-            "DURABILITY_MAX_CONCURRENT_WORKFLOW_TASKS must be >= 1, got 0",
-        ),
-        (
-            "DURABILITY_MAX_CONCURRENT_ACTIVITIES",
-            "many",
-            "DURABILITY_MAX_CONCURRENT_ACTIVITIES must be an integer, got 'many'",
-        ),
-        ("TEMPORAL_NAMESPACE", "nowhere", "TEMPORAL_NAMESPACE 'nowhere' does not exist on "),
-        (
-            "DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK",
-            "maybe",
-            "DURABILITY_SKIP_SEARCH_ATTRIBUTE_CHECK must be 1 or 0, got 'maybe'",
-        ),
-        (
-            "DURABILITY_POLLER_AUTOSCALING",
-            "sometimes",
-            "DURABILITY_POLLER_AUTOSCALING must be 1 or 0, got 'sometimes'",
-        ),
-    ],
-)
-async def test_bad_setting_exits_nonzero_with_one_clear_line(
-    dev_server_address: str, setting: str, value: str, expected: str
-) -> None:
-    env = subprocess_env(dev_server_address, **{setting: value})
-    result = await run_command(
-        [sys.executable, str(PROJECT_ROOT / "worker.py")], check=False, env=env
-    )
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert expected in lines[0]
-    assert "Traceback" not in result.stderr
-
-
 async def bare_namespace(address: str, unique: str) -> str:
     """A new namespace on the session server: none of durability's search attributes."""
     namespace = f"bare-{unique}"
