@@ -18,10 +18,26 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from temporalio.client import Client, WorkflowHistory
+from temporalio import workflow
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.common import RawValue
 
-from tests.helpers import OutcomeReceiver, schedule_worker, start_dev_server
+from tests.helpers import (
+    OutcomeReceiver,
+    eventually,
+    production_replayer,
+    schedule_worker,
+    start_dev_server,
+)
+from tests.test_cron_classic import model_next
+from workflows import SANDBOXED
+from workflows.schedule import cron
+from workflows.schedule.day_rule import CLASSIC_DAY_RULE_PATCH
+from workflows.schedule.run import ScheduledRunWorkflow
+from workflows.schedule.workflow import DurabilityScheduleWorkflow
+from workflows.start_input import NO_INPUT
 
 HISTORIES = Path(__file__).parent / "histories"
 ORED_HISTORY = HISTORIES / "schedule_parent_0_1_1_day_fields_ored.json"
@@ -74,6 +90,136 @@ async def record_ored_schedule(client: Client) -> WorkflowHistory:
             await asyncio.sleep(0.2)
         await handle.execute_update("cancel", {})
         return await handle.fetch_history()
+
+
+def ms_of(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def patch_markers(history: WorkflowHistory) -> list[str]:
+    """The patch IDs of the history's patch markers."""
+    return [
+        json.loads(payload.data)["id"]
+        for event in history.events
+        if event.HasField("marker_recorded_event_attributes")
+        and event.marker_recorded_event_attributes.marker_name == "core_patch"
+        for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads
+    ]
+
+
+async def start_schedule(
+    client: Client, task_queue: str, object_id: str, settings: dict[str, Any] | None = None
+) -> WorkflowHandle[Any, Any]:
+    return await client.start_workflow(
+        "DurabilitySchedule", settings or {}, id=f"schedule:{object_id}", task_queue=task_queue
+    )
+
+
+async def test_an_expression_the_rule_changes_fires_by_classic_cron(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    today = await wait_for_a_safe_day()
+    expression = one_day_field_matches(today)
+    # Classic cron: the first later day where both day fields match, at 00:00:00.
+    expected = model_next(expression, ms_of(today))
+    assert expected is not None and expected >= ms_of(today + timedelta(days=1)) - 1000
+    receiver = OutcomeReceiver()
+    receiver.refusing = False
+    async with schedule_worker(client, task_queue, receiver.activities()):
+        handle = await start_schedule(client, task_queue, f"classic-{unique}")
+        assert await handle.execute_update("set", {"expression": expression, "version": 1})
+        assert (await handle.query("get"))["next_at"] == expected
+        await handle.execute_update("pause", {})
+        await handle.execute_update("unpause", {})
+        assert (await handle.query("get"))["next_at"] == expected
+        # Either day field matching would have fired every 2 seconds today.
+        await asyncio.sleep(3)
+        assert receiver.calls == [] and await handle.query("runs") == []
+
+        # Backfill finds the classic days too: 10:00 on odd days that are Wednesdays.
+        weekly = "0 10 */2 * wed"
+        start_at = ms_of(today - timedelta(days=70))
+        end_at = ms_of(today)
+        classic_days: list[int] = []
+        after = start_at - 1
+        while (following := model_next(weekly, after)) is not None and following < end_at:
+            classic_days.append(following)
+            after = following
+        assert 3 <= len(classic_days) <= 8  # either rule: about 40
+        assert await handle.execute_update("set", {"expression": weekly, "version": 2})
+        backfilled = await handle.execute_update(
+            "backfill", {"start_at": start_at, "end_at": end_at}
+        )
+        assert backfilled == classic_days
+        await eventually(lambda: len(receiver.calls) == len(classic_days))
+        await handle.execute_update("cancel", {})
+        history = await handle.fetch_history()
+    assert patch_markers(history) == [CLASSIC_DAY_RULE_PATCH]
+
+
+async def test_an_expression_the_rule_does_not_change_records_no_marker(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    receiver = OutcomeReceiver()
+    receiver.refusing = False
+    async with schedule_worker(client, task_queue, receiver.activities()):
+        handle = await start_schedule(client, task_queue, f"unchanged-{unique}")
+        await handle.execute_update("set", {"expression": "* * * * * *", "version": 1})
+        await eventually(lambda: len(receiver.calls) >= 2)
+        # Both day fields restricted, or one a bare `*`: the same days under either rule.
+        await handle.execute_update("set", {"expression": "0 0 1,15 * fri", "version": 2})
+        await handle.execute_update("set", {"expression": "0 0 * * 3", "version": 3})
+        await handle.execute_update("pause", {})
+        await handle.execute_update("unpause", {})
+        await handle.execute_update("cancel", {})
+        history = await handle.fetch_history()
+    assert patch_markers(history) == []
+
+
+async def test_a_carried_tick_on_a_day_classic_cron_skips_moves_to_its_next_day(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """A run continued as new by a run that ORed the day fields carries its next tick; the
+    new run checks it under the classic rule."""
+    today = await wait_for_a_safe_day()
+    expression = one_day_field_matches(today)
+    ored_tick = (ms_of(today) // 2000 + 30) * 2000  # an even second a minute on: ORed only
+    assert cron.next_occurrence(expression, ored_tick - 1, classic_day_rule=False) == ored_tick
+    carried = {"version": 1, "expression": expression, "next_at": ored_tick, "jitter_ms": 0}
+    async with schedule_worker(client, task_queue):
+        handle = await start_schedule(
+            client, task_queue, f"carried-{unique}", {"carried": {"schedule": carried}}
+        )
+        assert (await handle.query("get"))["next_at"] == model_next(expression, ored_tick)
+        await handle.execute_update("cancel", {})
+        history = await handle.fetch_history()
+    assert patch_markers(history) == [CLASSIC_DAY_RULE_PATCH]
+
+
+@workflow.defn(name="DurabilitySchedule", sandboxed=SANDBOXED)
+class AlwaysClassicSchedule(DurabilityScheduleWorkflow):
+    """The schedule with the classic rule and no patch: what replay would do without it."""
+
+    def next_occurrence(self, expression: str, after_ms: int) -> int | None:
+        return cron.next_occurrence(expression, after_ms)
+
+    @workflow.run
+    async def run(self, input: RawValue = NO_INPUT) -> None:
+        await super().run(input)
+
+
+async def test_a_schedule_recorded_before_the_rule_replays_with_the_days_it_fired_on() -> None:
+    recorded = json.loads(ORED_HISTORY.read_text())
+    history = WorkflowHistory.from_json(recorded["workflow_id"], recorded["history"])
+    assert patch_markers(history) == []
+    replayer = production_replayer([DurabilityScheduleWorkflow, ScheduledRunWorkflow])
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None
+    # It fired on a day only one day field matched: the classic rule does not replay it.
+    unpatched = production_replayer([AlwaysClassicSchedule, ScheduledRunWorkflow])
+    result = await unpatched.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is not None
+    assert "Nondeterminism" in str(result.replay_failure)
 
 
 async def _main() -> None:

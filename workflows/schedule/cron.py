@@ -135,6 +135,7 @@ def validate(expression: str) -> None:
     _cron_fields(body)
 
 
+@functools.lru_cache(maxsize=256)
 def day_rule_matters(expression: str) -> bool:
     """Whether `next_occurrence`'s `classic_day_rule` changes when `expression` fires: cron
     whose day-of-month and day-of-week fields are both restricted, one of them beginning with
