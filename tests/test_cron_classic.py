@@ -198,7 +198,16 @@ def _number(
 def field(
     draw: st.DrawFn, low: int, high: int, names: list[str] | None = None, favoured: int = 0
 ) -> str:
-    """`*`, or a list of 1-3 of `*/n`, `v`, `a-b`, `a-b/n` (a few lists begin with `*`)."""
+    """`*`, or a list of 1-3 of `v`, `a-b`, `a-b/n`, the first maybe `*` or `*/n`.
+
+    Two forms are left out, where the built-in (croniter) is known to differ from classic
+    cron and the day rule is not the cause:
+    - a range whose ends are equal (`5-5`, `sun-sun`): croniter reads the whole cycle;
+    - `*` or `*/n` after the first item of a list (`0,*`, `1,*/2`): crontab(5) calls a day
+      field holding `*` unrestricted, Vixie's code only one beginning with it, and croniter
+      takes one reading or the other by the field's shape (`0 0 2-3 * 0,*`: Vixie fires
+      every day, croniter on the 2nd and 3rd).
+    """
     kind = draw(st.integers(0, 9))
     if kind < 3:
         return "*"
@@ -209,7 +218,7 @@ def field(
             items.append("*")
         elif shape in ("step", "star") and index == 0:
             items.append(f"*/{draw(st.integers(1, high - low + 1))}")
-        elif shape in ("step", "star"):
+        elif shape in ("step", "star"):  # not after the first item (see above)
             items.append(_number(draw, low, high, names, low)[1])
         elif shape == "value":
             if favoured and draw(st.booleans()):
@@ -217,6 +226,7 @@ def field(
             else:
                 items.append(_number(draw, low, high, names, low)[1])
         else:
+            # a < b: equal ends are left out (see above)
             a, a_text = _number(draw, low, high - 1, names, low)
             _, b_text = _number(draw, a + 1, high, names, low)
             step = f"/{draw(st.integers(1, high - low + 1))}" if shape == "range-step" else ""
