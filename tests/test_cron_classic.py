@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from workflows.schedule.cron import classic_next_at, next_occurrence
@@ -275,12 +275,14 @@ def transitions(zone_name: str) -> list[int]:
 
 @st.composite
 def starts(draw: st.DrawFn, zone: str) -> int:
-    """Epoch ms: anywhere in 2000-2040, or within a day and a half of a change of offset."""
+    """Epoch ms: anywhere in 2000-2040, or shortly before a change of offset (within
+    minutes, hours or a day and a half, so dense and sparse expressions meet it)."""
     changes = transitions(zone)
     near_a_change: bool = draw(st.booleans())
     if changes and near_a_change:
         moment = draw(st.sampled_from(changes)) * 1000
-        return moment + draw(st.integers(-36 * 3_600_000, 36 * 3_600_000))
+        before = draw(st.sampled_from([10 * 60_000, 3 * 3_600_000, 36 * 3_600_000]))
+        return moment + draw(st.integers(-before, before // 10))
     low = int(datetime(2000, 1, 1, tzinfo=UTC).timestamp() * 1000)
     high = int(datetime(2040, 1, 1, tzinfo=UTC).timestamp() * 1000)
     return draw(st.integers(low, high))
@@ -290,6 +292,17 @@ def starts(draw: st.DrawFn, zone: str) -> int:
 def cases(draw: st.DrawFn) -> tuple[str, int]:
     zone = draw(st.sampled_from(ZONES))
     return draw(expressions(zone)), draw(starts(zone))
+
+
+def dst_case(expression: str, found_ms: int) -> str:
+    """How daylight saving bears on a firing (`--hypothesis-show-statistics` counts them)."""
+    zone = parse(expression).zone
+    local = datetime.fromtimestamp(found_ms / 1000, zone)
+    if local.replace(fold=1 - local.fold).utcoffset() != local.utcoffset():
+        return f"fires in copy {local.fold + 1} of a repeated hour"
+    if found_ms // 1000 - local.second in transitions(zone.key):
+        return "fires at the end of a gap"
+    return "no change of offset"
 
 
 def iso(value: int | None) -> str | None:
@@ -319,8 +332,32 @@ def ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> int:
 @example(case=("CRON_TZ=America/New_York 0 */1 * * *", ms(2026, 11, 1)))  # fall-back, both
 @example(case=("CRON_TZ=America/New_York 0 0-23 * * *", ms(2026, 11, 1)))  # fall-back, first
 def test_next_occurrence_agrees_with_classic_cron(case: tuple[str, int]) -> None:
-    expression, after = case
-    for _ in range(4):
+    agree(*case, steps=4)
+
+
+@st.composite
+def dst_cases(draw: st.DrawFn) -> tuple[str, int]:
+    """Every day, random times of day, starting shortly before a change of offset."""
+    zone = draw(st.sampled_from([name for name in ZONES if transitions(name)]))
+    times = [draw(field(0, 59)), draw(field(0, 23, favoured=4))]
+    if draw(st.booleans()):
+        times.insert(0, draw(field(0, 59)))
+    moment = draw(st.sampled_from(transitions(zone))) * 1000
+    start = moment - draw(st.integers(0, 3 * 3_600_000))
+    return f"CRON_TZ={zone} {' '.join(times)} * * *", start
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=dst_cases())
+def test_next_occurrence_agrees_with_classic_cron_across_changes_of_offset(
+    case: tuple[str, int],
+) -> None:
+    agree(*case, steps=6)
+
+
+def agree(expression: str, after: int, steps: int) -> None:
+    """The built-in and the model find the same next `steps` firings from `after`."""
+    for _ in range(steps):
         expected = model_next(expression, after)
         found = next_occurrence(expression, after)
         if expected is None or expected - after > COMPARED_YEARS * 365 * 86_400_000:
@@ -328,6 +365,7 @@ def test_next_occurrence_agrees_with_classic_cron(case: tuple[str, int]) -> None
             assert found is None or found == expected, (expression, iso(after), iso(found))
             return
         assert found == expected, (expression, iso(after), iso(found), iso(expected))
+        event(dst_case(expression, found))
         # A next tick the classic rule fires at is kept when a run checks it again.
         assert classic_next_at(expression, found) == found, (expression, iso(found))
         after = found
