@@ -20,10 +20,9 @@ three-letter names (``jan``, ``mon-fri``).
 Daylight saving follows cron's habit: on a spring-forward day the times inside the skipped
 hour fire once, right after the gap (at their second of the minute, with a seconds field),
 unless the expression names every hour (``30 * * * *``, ``30 0-23 * * *``), which just goes
-on at its next real time; on a fall-back day a time
-inside the repeated hour fires once (its first occurrence), while an expression whose hour
-field begins with ``*`` (``0 * * * *``, ``0 */2 * * *``) fires in both copies of the repeated
-hour.
+on at its next real time; on a fall-back day a time inside the repeated hour fires once
+(its first occurrence), while an expression whose hour field begins with ``*``
+(``0 * * * *``, ``0 */2 * * *``) fires in both copies of the repeated hour.
 
 Plugging in your own: anything matching :class:`NextOccurrence` works. Subclass the schedule
 workflow and set ``next_occurrence`` (see ``workflows.schedule.workflow``). The function must
