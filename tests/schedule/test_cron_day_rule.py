@@ -5,7 +5,7 @@ restricted fires on days where both match (classic cron); a schedule recorded be
 rule, when it fired where either matched, replays as recorded.
 
 `schedule_parent_0_1_1_day_fields_ored.json` was recorded by the build before the rule with
-`python -m tests.test_cron_day_rule` (starts its own dev server): a schedule on such an
+`python -m tests.schedule.test_cron_day_rule` (starts its own dev server): a schedule on such an
 expression that fired on a day where only one day field matched.
 """
 
@@ -17,30 +17,30 @@ import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from temporalio import workflow
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.common import RawValue
 
-from tests.helpers import (
-    OutcomeReceiver,
+from tests.schedule.test_cron_classic import model_next
+from tests.support.fakes import ScheduleFake
+from tests.support.helpers import (
+    HISTORY_DIR,
     eventually,
     production_replayer,
+    save_history,
     schedule_worker,
     start_dev_server,
 )
-from tests.test_cron_classic import model_next
 from workflows import SANDBOXED
-from workflows.schedule import cron
+from workflows.kernel import NO_INPUT
+from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron
 from workflows.schedule.day_rule import CLASSIC_DAY_RULE_PATCH
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
-from workflows.start_input import NO_INPUT
 
-HISTORIES = Path(__file__).parent / "histories"
-ORED_HISTORY = HISTORIES / "schedule_parent_0_1_1_day_fields_ored.json"
+ORED = "schedule_parent_0_1_1_day_fields_ored"
 
 
 def cron_weekday(day: datetime) -> int:
@@ -75,10 +75,9 @@ async def wait_for_a_safe_day() -> datetime:
 async def record_ored_schedule(client: Client) -> WorkflowHistory:
     """A schedule on `one_day_field_matches(today)` that fires twice today, then cancelled."""
     today = await wait_for_a_safe_day()
-    receiver = OutcomeReceiver()
-    receiver.refusing = False
+    fake = ScheduleFake()
     task_queue = f"record-{uuid.uuid4().hex[:8]}"
-    async with schedule_worker(client, task_queue, receiver.activities()):
+    async with schedule_worker(client, task_queue, fake.activities()):
         handle = await client.start_workflow(
             "DurabilitySchedule",
             {},
@@ -89,7 +88,7 @@ async def record_ored_schedule(client: Client) -> WorkflowHistory:
             "set", {"expression": one_day_field_matches(today), "version": 1}
         )
         deadline = time.monotonic() + 30
-        while len(receiver.calls) < 2 or await handle.query("runs"):
+        while len(fake.outcomes) < 2 or await handle.query("runs"):
             assert time.monotonic() < deadline, "the schedule did not fire twice"
             await asyncio.sleep(0.2)
         await handle.execute_update("cancel", {})
@@ -127,9 +126,8 @@ async def test_an_expression_the_rule_changes_fires_by_classic_cron(
     # Classic cron: the first later day where both day fields match, at 00:00:00.
     expected = model_next(expression, ms_of(today))
     assert expected is not None and expected >= ms_of(next_midnight(today))
-    receiver = OutcomeReceiver()
-    receiver.refusing = False
-    async with schedule_worker(client, task_queue, receiver.activities()):
+    fake = ScheduleFake()
+    async with schedule_worker(client, task_queue, fake.activities()):
         handle = await start_schedule(client, task_queue, f"classic-{unique}")
         assert await handle.execute_update("set", {"expression": expression, "version": 1})
         assert (await handle.query("get"))["next_at"] == expected
@@ -138,7 +136,7 @@ async def test_an_expression_the_rule_changes_fires_by_classic_cron(
         assert (await handle.query("get"))["next_at"] == expected
         # Either day field matching would have fired every 2 seconds today.
         await asyncio.sleep(3)
-        assert receiver.calls == [] and await handle.query("runs") == []
+        assert fake.outcomes == [] and await handle.query("runs") == []
 
         # Backfill finds the classic days too: 10:00 on odd days that are Wednesdays.
         weekly = "0 10 */2 * wed"
@@ -155,7 +153,7 @@ async def test_an_expression_the_rule_changes_fires_by_classic_cron(
             "backfill", {"start_at": start_at, "end_at": end_at}
         )
         assert backfilled == classic_days
-        await eventually(lambda: len(receiver.calls) == len(classic_days))
+        await eventually(lambda: len(fake.outcomes) == len(classic_days))
         await handle.execute_update("cancel", {})
         history = await handle.fetch_history()
     assert patch_markers(history) == [CLASSIC_DAY_RULE_PATCH]
@@ -164,12 +162,11 @@ async def test_an_expression_the_rule_changes_fires_by_classic_cron(
 async def test_an_expression_the_rule_does_not_change_records_no_marker(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    receiver = OutcomeReceiver()
-    receiver.refusing = False
-    async with schedule_worker(client, task_queue, receiver.activities()):
+    fake = ScheduleFake()
+    async with schedule_worker(client, task_queue, fake.activities()):
         handle = await start_schedule(client, task_queue, f"unchanged-{unique}")
         await handle.execute_update("set", {"expression": "* * * * * *", "version": 1})
-        await eventually(lambda: len(receiver.calls) >= 2)
+        await eventually(lambda: len(fake.outcomes) >= 2)
         # Both day fields restricted, or one a bare `*`: the same days under either rule.
         await handle.execute_update("set", {"expression": "0 0 1,15 * fri", "version": 2})
         await handle.execute_update("set", {"expression": "0 0 * * 3", "version": 3})
@@ -200,7 +197,7 @@ async def test_a_carried_tick_on_a_day_classic_cron_skips_moves_to_its_next_day(
     assert patch_markers(history) == [CLASSIC_DAY_RULE_PATCH]
 
 
-@workflow.defn(name="DurabilitySchedule", sandboxed=SANDBOXED)
+@workflow.defn(name=SCHEDULE_WORKFLOW_TYPE, sandboxed=SANDBOXED)
 class AlwaysClassicSchedule(DurabilityScheduleWorkflow):
     """The schedule with the classic rule and no patch: what replay would do without it."""
 
@@ -213,7 +210,7 @@ class AlwaysClassicSchedule(DurabilityScheduleWorkflow):
 
 
 async def test_a_schedule_recorded_before_the_rule_replays_with_the_days_it_fired_on() -> None:
-    recorded = json.loads(ORED_HISTORY.read_text())
+    recorded = json.loads((HISTORY_DIR / f"{ORED}.json").read_text())
     history = WorkflowHistory.from_json(recorded["workflow_id"], recorded["history"])
     assert patch_markers(history) == []
     replayer = production_replayer([DurabilityScheduleWorkflow, ScheduledRunWorkflow])
@@ -232,9 +229,8 @@ async def _main() -> None:
         history = await record_ored_schedule(env.client)
     finally:
         await env.shutdown()
-    recorded = {"workflow_id": history.workflow_id, "history": json.loads(history.to_json())}
-    ORED_HISTORY.write_text(json.dumps(recorded, indent=1))
-    print(f"recorded {len(history.events)} schedule events in {ORED_HISTORY.name}")
+    save_history(ORED, history)
+    print(f"recorded {len(history.events)} schedule events in {ORED}.json")
 
 
 if __name__ == "__main__":
