@@ -4,6 +4,9 @@ An expression whose day-of-month or day-of-week field begins with `*` while the 
 restricted fires on days where both match (classic cron); a schedule recorded before the
 rule, when it fired where either matched, replays as recorded.
 
+Runs recorded by a stand-in for that build (`OredSchedule`: ORed, no patch asked) with a
+message in their first task check each handler that computes times decides the rule itself.
+
 `schedule_parent_0_1_1_day_fields_ored.json` was recorded by the build before the rule with
 `python -m tests.schedule.test_cron_day_rule` (starts its own dev server): a schedule on such an
 expression that fired on a day where only one day field matched.
@@ -19,10 +22,13 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from temporalio import workflow
-from temporalio.client import Client, WorkflowHandle, WorkflowHistory
-from temporalio.common import RawValue
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle, WorkflowHistory
+from temporalio.common import RawValue, WorkflowIDConflictPolicy
+from temporalio.worker import Worker
 
+from durability.registry import workflow_runner
 from tests.schedule.test_cron_classic import model_next
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import (
@@ -36,7 +42,7 @@ from tests.support.helpers import (
 from workflows import SANDBOXED
 from workflows.kernel import NO_INPUT
 from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron
-from workflows.schedule.day_rule import CLASSIC_DAY_RULE_PATCH
+from workflows.schedule.day_rule import CLASSIC_DAY_RULE_PATCH, DayRule
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
@@ -221,6 +227,89 @@ async def test_a_schedule_recorded_before_the_rule_replays_with_the_days_it_fire
     result = await unpatched.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is not None
     assert "Nondeterminism" in str(result.replay_failure)
+
+
+class _NeverAsks(DayRule):
+    def decide(self, expression: str | None = None) -> None:
+        return None
+
+
+@workflow.defn(name=SCHEDULE_WORKFLOW_TYPE, sandboxed=SANDBOXED)
+class OredSchedule(DurabilityScheduleWorkflow):
+    """The schedule as builds before the rule ran it: day fields ORed, no patch asked."""
+
+    @workflow.init
+    def __init__(self, input: RawValue = NO_INPUT) -> None:
+        super().__init__(input)
+        self._day_rule = _NeverAsks(self._core, builtin=False)
+
+    def next_occurrence(self, expression: str, after_ms: int) -> int | None:
+        return cron.next_occurrence(expression, after_ms, classic_day_rule=False)
+
+    @workflow.run
+    async def run(self, input: RawValue = NO_INPUT) -> None:
+        await super().run(input)
+
+
+@pytest.mark.parametrize("message", ["set", "unpause", "backfill"])
+async def test_a_message_in_a_runs_first_task_replays_with_the_rule_it_was_recorded_under(
+    client: Client, task_queue: str, unique: str, message: str
+) -> None:
+    """Each handler that computes times decides the rule itself: in a run's first task a
+    message is handled before the main loop's first step. Recorded ORed (no marker) with
+    update-with-start, such a run must replay ORed."""
+    today = await wait_for_a_safe_day()
+    expression = one_day_field_matches(today)
+    now = ms_of(today)
+    ored_tick = (now // 2000 + 1800) * 2000  # an hour on
+    stored = {"version": 1, "expression": expression, "next_at": ored_tick, "jitter_ms": 0}
+    settings: dict[str, dict[str, Any]] = {
+        "set": {},
+        "unpause": {"carried": {"schedule": stored, "paused": True}},
+        "backfill": {"carried": {"schedule": stored}},
+    }
+    argument: dict[str, dict[str, Any]] = {
+        "set": {"expression": expression, "version": 1},
+        "unpause": {},
+        "backfill": {"start_at": now - 10_000, "end_at": now},
+    }
+    fake = ScheduleFake()
+    workflow_id = f"schedule:first-task-{message}-{unique}"
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[OredSchedule, ScheduledRunWorkflow],
+        activities=fake.activities(),
+        workflow_runner=workflow_runner(),
+    ):
+        start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+            SCHEDULE_WORKFLOW_TYPE,
+            settings[message],
+            id=workflow_id,
+            task_queue=task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        )
+        await client.execute_update_with_start_workflow(
+            message, argument[message], start_workflow_operation=start
+        )
+        # ORed, it fires today (every 2 seconds; the backfill's 10 seconds hold 5 runs).
+        await eventually(lambda: len(fake.outcomes) >= 1)
+        handle = client.get_workflow_handle(workflow_id)
+        await handle.execute_update("cancel", {})
+        await eventually(lambda: _no_runs(handle))
+        history = await handle.fetch_history()
+    assert patch_markers(history) == []
+    replayer = production_replayer([DurabilityScheduleWorkflow, ScheduledRunWorkflow])
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+    unpatched = production_replayer([AlwaysClassicSchedule, ScheduledRunWorkflow])
+    result = await unpatched.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is not None
+
+
+async def _no_runs(handle: WorkflowHandle[Any, Any]) -> bool:
+    runs: list[Any] = await handle.query("runs")
+    return runs == []
 
 
 async def _main() -> None:
