@@ -79,7 +79,8 @@ async def wait_for_a_safe_day() -> datetime:
 
 
 async def record_ored_schedule(client: Client) -> WorkflowHistory:
-    """A schedule on `one_day_field_matches(today)` that fires twice today, then cancelled."""
+    """A schedule on `one_day_field_matches(today)` that fires twice today, then cancelled
+    (on the build before the rule: classic cron does not fire it today)."""
     today = await wait_for_a_safe_day()
     fake = ScheduleFake()
     task_queue = f"record-{uuid.uuid4().hex[:8]}"
