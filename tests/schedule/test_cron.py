@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workflows.schedule.cron import next_occurrence, parse_every, validate
+from workflows.schedule.cron import (
+    classic_next_at,
+    day_rule_matters,
+    next_occurrence,
+    parse_every,
+    validate,
+)
 
 
 def ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> int:
@@ -172,3 +178,63 @@ def test_bad_expressions_raise_value_error_naming_them(expression: str, message:
         validate(expression)
     with pytest.raises(ValueError):
         next_occurrence(expression, 0)
+
+
+def test_a_day_field_beginning_with_a_star_ands_the_two_day_fields() -> None:
+    # odd days of the month that are Wednesdays (classic cron), not odd days or Wednesdays
+    assert fires("0 0 */2 * 3", ms(2026, 12, 2), 2) == [
+        "2026-12-09T00:00:00Z",
+        "2026-12-23T00:00:00Z",
+    ]
+    assert fires("0 0 */2 * 3", ms(2026, 12, 2), 2) == fires("0 0 */2 * wed", ms(2026, 12, 2), 2)
+    # both restricted: either matches (the 1st, the 15th and every Friday)
+    assert fires("30 4 1,15 * 5", ms(2026, 1, 1), 3) == [
+        "2026-01-01T04:30:00Z",
+        "2026-01-02T04:30:00Z",
+        "2026-01-09T04:30:00Z",
+    ]
+
+
+def test_the_day_rule_of_schedules_recorded_before_it_ors_them() -> None:
+    assert fires_ored("0 0 */2 * 3", ms(2026, 12, 2)) == "2026-12-03T00:00:00Z"
+    assert fires_ored("0 0 * * 3", ms(2026, 12, 2)) == "2026-12-09T00:00:00Z"
+
+
+def fires_ored(expression: str, after: int) -> str | None:
+    return iso(next_occurrence(expression, after, classic_day_rule=False))
+
+
+@pytest.mark.parametrize(
+    ("expression", "matters"),
+    [
+        ("0 0 */2 * 3", True),
+        ("*/2 * * */2 * 3", True),
+        ("CRON_TZ=Europe/Berlin 0 0 1,15 * */2", True),
+        ("0 0 */1 * mon", True),  # croniter reads `*/1` as the list of every day
+        ("0 0 * * 3", False),  # a bare `*` is every day under either rule
+        ("0 0 1 * 3", False),  # both restricted: ORed under either rule
+        ("0 0 1-31 * */2", False),
+        ("0 0 *,5 * 1", False),  # croniter reads a list holding `*` as `*`
+        ("@weekly", False),
+        ("@every 1s", False),
+        ("not cron", False),
+    ],
+)
+def test_day_rule_matters_names_the_expressions_whose_times_it_changes(
+    expression: str, matters: bool
+) -> None:
+    assert day_rule_matters(expression) is matters
+    if not matters and expression != "not cron":
+        after = ms(2026, 12, 2)
+        assert next_occurrence(expression, after) == next_occurrence(
+            expression, after, classic_day_rule=False
+        )
+
+
+def test_classic_next_at_moves_a_tick_only_classic_cron_skips() -> None:
+    ored = ms(2026, 12, 3)  # Thursday the 3rd: odd, not a Wednesday
+    assert iso(classic_next_at("0 0 */2 * 3", ored)) == "2026-12-09T00:00:00Z"
+    assert classic_next_at("0 0 */2 * 3", ms(2026, 12, 9)) == ms(2026, 12, 9)
+    # a tick moved past a DST gap is not found again by a search, so it is kept
+    gap = ms(2026, 3, 8, 7, 0, 1)  # 02:00:01 EST does not exist: 03:00:01 EDT
+    assert classic_next_at("CRON_TZ=America/New_York 1 * 2 * * *", gap) == gap

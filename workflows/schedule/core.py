@@ -393,6 +393,13 @@ class ScheduleCore:
             return None
         return stored.next_at + stored.jitter_ms
 
+    def revise_next_at(self, revise: Callable[[str, int], int | None]) -> None:
+        """Set the live schedule's `next_at` to `revise(expression, next_at)`: the shell's,
+        when the rule that found it changed (`workflows.schedule.day_rule`)."""
+        stored = self.state.schedule
+        if stored is not None and stored.expression is not None and stored.next_at is not None:
+            stored.next_at = revise(stored.expression, stored.next_at)
+
     def pause(self) -> bool:
         """Stop ticks until `unpause`; runs already recorded go on. Returns whether it changed."""
         changed = not self.state.paused

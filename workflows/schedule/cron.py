@@ -11,10 +11,18 @@ Understood expressions:
   whole minutes)
 - an optional ``CRON_TZ=<IANA zone> `` prefix for cron and shorthands (default UTC).
 
-Daylight saving follows cron's habit: on a spring-forward day a fixed time inside the
-skipped hour fires once, right after the gap; on a fall-back day a fixed time inside the
-repeated hour fires once (its first occurrence), while an expression whose hour field is a
-wildcard (``0 * * * *``) fires in both copies of the repeated hour.
+Days follow classic (Vixie) cron: when the day-of-month or the day-of-week field begins
+with ``*`` (``*``, ``*/2``), a day must match both fields; only when both are restricted
+(``0 0 1,15 * 5``: the 1st, the 15th and every Friday) does a day matching either fire.
+Day-of-week 0 and 7 are Sunday; months and days of the week also take their English
+three-letter names (``jan``, ``mon-fri``).
+
+Daylight saving follows cron's habit: on a spring-forward day the times inside the skipped
+hour fire once, right after the gap (at their second of the minute, with a seconds field),
+unless the expression names every hour (``30 * * * *``, ``30 0-23 * * *``), which just goes
+on at its next real time; on a fall-back day a time inside the repeated hour fires once
+(its first occurrence), while an expression whose hour field begins with ``*``
+(``0 * * * *``, ``0 */2 * * *``) fires in both copies of the repeated hour.
 
 Plugging in your own: anything matching :class:`NextOccurrence` works. Subclass the schedule
 workflow and set ``next_occurrence`` (see ``workflows.schedule.workflow``). The function must
@@ -57,6 +65,8 @@ _MAX_YEARS = 50
 # The longest `@every`: the same horizon, so every next occurrence is a time that timers,
 # datetimes and search attributes can hold.
 MAX_EVERY_MS = 366 * 24 * 3_600_000 * _MAX_YEARS
+# Where croniter's expansion (seconds moved last) keeps the two day fields.
+_DAY_OF_MONTH, _DAY_OF_WEEK = 2, 4
 
 
 def parse_every(duration: str) -> int:
@@ -124,8 +134,33 @@ def validate(expression: str) -> None:
     _cron_fields(body)
 
 
-def next_occurrence(expression: str, after_ms: int) -> int | None:
-    """The first firing time of `expression` strictly after `after_ms` (epoch ms), or None."""
+@functools.lru_cache(maxsize=256)
+def day_rule_matters(expression: str) -> bool:
+    """Whether `next_occurrence`'s `classic_day_rule` changes when `expression` fires: cron
+    whose day-of-month and day-of-week fields are both restricted, one of them beginning with
+    ``*``. False for anything else, including what the built-in parser does not understand."""
+    try:
+        validate(expression)
+    except ValueError:
+        return False
+    _, body = _split_zone(expression)
+    if body.startswith("@every"):
+        return False
+    fields = _cron_fields(body)
+    day_of_month, day_of_week = fields[-3], fields[-1]
+    if not (day_of_month.startswith("*") or day_of_week.startswith("*")):
+        return False
+    # croniter ORs the two fields (unless told the classic rule) exactly when neither one's
+    # expansion starts with its "every day" mark.
+    expanded, _ = croniter.expand(" ".join(fields), second_at_beginning=len(fields) == 6)
+    return expanded[_DAY_OF_MONTH][0] != "*" and expanded[_DAY_OF_WEEK][0] != "*"
+
+
+def next_occurrence(expression: str, after_ms: int, *, classic_day_rule: bool = True) -> int | None:
+    """The first firing time of `expression` strictly after `after_ms` (epoch ms), or None.
+
+    `classic_day_rule=False` ORs the two day fields whenever both are restricted, even when
+    one begins with ``*``: how schedules recorded before the classic rule fired."""
     validate(expression)
     zone, body = _split_zone(expression)
     if body.startswith("@every"):
@@ -145,6 +180,8 @@ def next_occurrence(expression: str, after_ms: int) -> int | None:
             cursor.astimezone(zone),
             second_at_beginning=has_seconds,
             max_years_between_matches=_MAX_YEARS,
+            # croniter's name for the classic rule: a day field beginning with `*` ANDs them.
+            implement_cron_bug=classic_day_rule,
         )
         try:
             found: datetime = iterator.get_next(datetime)
@@ -162,6 +199,15 @@ def next_occurrence(expression: str, after_ms: int) -> int | None:
             continue
         return int(found_utc.timestamp()) * 1000
     return None
+
+
+def classic_next_at(expression: str, next_at: int) -> int | None:
+    """A next tick found with `classic_day_rule=False`, under the classic rule: the same time
+    when classic cron fires then too, else its next firing after it. A time that search
+    would not find again (one moved past a DST gap) is kept."""
+    if next_occurrence(expression, next_at - 1, classic_day_rule=False) != next_at:
+        return next_at
+    return next_occurrence(expression, next_at - 1)
 
 
 def _is_repeated(local: datetime) -> bool:

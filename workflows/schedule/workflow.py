@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         parse_set,
         parse_start,
     )
+    from workflows.schedule.day_rule import DayRule
     from workflows.schedule.drain import Drain
     from workflows.schedule.lifecycle import Lifecycle
     from workflows.schedule.models import (
@@ -61,6 +62,9 @@ class DurabilityScheduleWorkflow:
         self._core = ScheduleCore(carried or ScheduleState(), self.next_occurrence, self._settings)
         # A bad signal payload raises InvalidRequest, a bad next_occurrence ValueError (S7).
         self._kernel = ShellKernel(ValueError, self._core.count_dropped_signal)
+        self._day_rule = DayRule(
+            self._core, type(self).next_occurrence is DurabilityScheduleWorkflow.next_occurrence
+        )
         self._lifecycle = Lifecycle(self._settings)
         self._redeliveries = Redeliveries(
             self._settings, self._core, self._kernel, self._redelivered
@@ -71,7 +75,7 @@ class DurabilityScheduleWorkflow:
 
     def next_occurrence(self, expression: str, after_ms: int) -> int | None:
         """The first tick of `expression` strictly after `after_ms`; override to plug in."""
-        return cron.next_occurrence(expression, after_ms)
+        return cron.next_occurrence(expression, after_ms, classic_day_rule=self._day_rule.classic)
 
     @workflow.run
     async def run(self, input: RawValue = NO_INPUT) -> None:
@@ -113,6 +117,7 @@ class DurabilityScheduleWorkflow:
     def _step(self, now: int) -> bool:
         """Tick if due and start what the free slots allow (none while draining); returns
         whether a run started."""
+        self._day_rule.decide()
         due = self._core.tick(now)
         startable = [] if self._drain.going else self._core.take_startable()
         if isinstance(due, Skipped):
@@ -154,6 +159,7 @@ class DurabilityScheduleWorkflow:
     def _apply_set(self, raw: Any) -> bool:
         now = now_ms()
         request = parse_set(raw, self.next_occurrence, now)
+        self._day_rule.decide(request.expression)
         applied = self._core.set(request, now, lambda max_ms: workflow.random().randint(0, max_ms))
         self._kernel.wake()
         return applied
@@ -217,6 +223,7 @@ class DurabilityScheduleWorkflow:
     def unpause(self, raw: Any = None) -> bool:
         """Tick again from now; ticks missed while paused are skipped. Returns whether paused."""
         self._kernel.wake()
+        self._day_rule.decide()
         return self._kernel.update(self._core.unpause, now_ms())
 
     @workflow.update(name="trigger")
@@ -237,6 +244,7 @@ class DurabilityScheduleWorkflow:
     def backfill(self, raw: Any = None) -> list[int]:
         """Record runs for the occurrences in a past range; returns their scheduled times."""
         now = now_ms()
+        self._day_rule.decide()
         runs = self._kernel.update(lambda: self._core.backfill(*parse_backfill(raw, now)))
         self._emit_recorded(runs, now)
         return [run.scheduled_time for run in runs]

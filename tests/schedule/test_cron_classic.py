@@ -1,0 +1,427 @@
+"""The built-in next_occurrence against an independent model of classic cron, by hypothesis.
+
+The model reads an expression as crontab(5) describes it and knows nothing of croniter: each
+field is a list of `*`, values, ranges `a-b` and steps (`*/n`, `a-b/n`); months and days of
+the week also take their three-letter names; day-of-week 7 is Sunday. A day fires when its
+month matches and, if the day-of-month or day-of-week field begins with `*`, both day fields
+match, otherwise either. It walks the matching wall times forward and maps each to the
+instants it names, with the DST choices `workflows.schedule.cron` documents: a time in a
+spring-forward gap fires once at the end of the gap (at its second of the minute) unless the
+expression names every hour;
+a time in a fall-back hour fires in its first copy, and in its second too when the hour
+field begins with `*`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import strategies as st
+
+from workflows.schedule.cron import classic_next_at, next_occurrence
+
+MONTH_NAMES = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+DAY_NAMES = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+ZONES = [
+    "UTC",
+    "America/New_York",
+    "Europe/Berlin",
+    "Europe/London",
+    "Australia/Sydney",
+    "America/St_Johns",
+    "America/Santiago",
+    "Asia/Kolkata",
+]
+EVERY_HOUR = frozenset(range(24))
+# The model looks this far ahead; results beyond COMPARED_YEARS are near the built-in's own
+# horizon (50 years) and are not compared.
+MODEL_YEARS = 60
+COMPARED_YEARS = 40
+
+
+@dataclass(frozen=True)
+class Cron:
+    """A parsed expression: the values each field allows, and the flags the rules read."""
+
+    seconds: frozenset[int]
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]
+    days_star: bool
+    weekdays_star: bool
+    hours_star: bool
+    zone: ZoneInfo
+
+
+def _value(text: str, names: list[str], first: int) -> int:
+    lowered = text.lower()
+    return names.index(lowered) + first if lowered in names else int(text)
+
+
+def field_values(text: str, low: int, high: int, names: list[str] | None = None) -> frozenset[int]:
+    """The values one field allows: a comma list of `*`, `v` or `a-b`, each optionally `/step`."""
+    first = 1 if low == 1 else 0
+    values: set[int] = set()
+    for item in text.split(","):
+        span, _, step = item.partition("/")
+        if span == "*":
+            start, end = low, high
+        elif "-" in span:
+            a, b = span.split("-")
+            start, end = _value(a, names or [], first), _value(b, names or [], first)
+        else:
+            start = end = _value(span, names or [], first)
+        values.update(range(start, end + 1, int(step) if step else 1))
+    return frozenset(values)
+
+
+def parse(expression: str) -> Cron:
+    """An expression of 5 fields, or 6 with leading seconds, optionally after `CRON_TZ=`."""
+    text, zone = expression.strip(), ZoneInfo("UTC")
+    if text.startswith("CRON_TZ="):
+        name, _, text = text.removeprefix("CRON_TZ=").partition(" ")
+        zone = ZoneInfo(name)
+    fields = text.split()
+    seconds = field_values(fields.pop(0), 0, 59) if len(fields) == 6 else frozenset({0})
+    minute, hour, day, month, weekday = fields
+    weekdays = field_values(weekday, 0, 7, DAY_NAMES)
+    return Cron(
+        seconds=seconds,
+        minutes=field_values(minute, 0, 59),
+        hours=field_values(hour, 0, 23),
+        days=field_values(day, 1, 31),
+        months=field_values(month, 1, 12, MONTH_NAMES),
+        weekdays=frozenset(0 if value == 7 else value for value in weekdays),
+        days_star=day.startswith("*"),
+        weekdays_star=weekday.startswith("*"),
+        hours_star=hour.startswith("*"),
+        zone=zone,
+    )
+
+
+def day_fires(cron: Cron, day: date) -> bool:
+    if day.month not in cron.months:
+        return False
+    by_day, by_weekday = day.day in cron.days, day.isoweekday() % 7 in cron.weekdays
+    if cron.days_star or cron.weekdays_star:
+        return by_day and by_weekday
+    return by_day or by_weekday
+
+
+def wall_times(cron: Cron, start: datetime) -> Iterator[datetime]:
+    """Every matching local wall time from `start` on, in order, for MODEL_YEARS."""
+    day = start.date()
+    for _ in range(366 * MODEL_YEARS):
+        if day_fires(cron, day):
+            for hour in sorted(cron.hours):
+                if (day, hour) < (start.date(), start.hour):
+                    continue
+                for minute in sorted(cron.minutes):
+                    for second in sorted(cron.seconds):
+                        wall = datetime(day.year, day.month, day.day, hour, minute, second)
+                        if wall >= start:
+                            yield wall
+        day += timedelta(days=1)
+
+
+def _gap_end(zone: ZoneInfo, before: int, after: int) -> int:
+    """The first second in (before, after] on the offset `after` has: where the gap ends."""
+    offset = datetime.fromtimestamp(after, zone).utcoffset()
+    while after - before > 1:
+        middle = (before + after) // 2
+        if datetime.fromtimestamp(middle, zone).utcoffset() == offset:
+            after = middle
+        else:
+            before = middle
+    return after
+
+
+def instants(cron: Cron, wall: datetime) -> tuple[int | None, int | None]:
+    """The epoch seconds a wall time fires at: (first, second copy of a repeated time)."""
+    earlier = int(wall.replace(tzinfo=cron.zone, fold=0).timestamp())
+    later = int(wall.replace(tzinfo=cron.zone, fold=1).timestamp())
+    if datetime.fromtimestamp(earlier, cron.zone).replace(tzinfo=None) != wall:
+        # In a spring-forward gap: fold 0 reads it on the offset before, fold 1 after.
+        if cron.hours == EVERY_HOUR:
+            return None, None
+        # Moved on by whole minutes: the end of the gap, at the wall time's second.
+        return _gap_end(cron.zone, min(earlier, later), max(earlier, later)) + wall.second, None
+    if earlier == later:
+        return earlier, None
+    return earlier, later if cron.hours_star else None
+
+
+def model_next(expression: str, after_ms: int) -> int | None:
+    """The model's first firing strictly after `after_ms`, in epoch ms."""
+    cron = parse(expression)
+    after = datetime.fromtimestamp(after_ms // 1000, UTC)
+    local = [(after + timedelta(minutes=15 * k)).astimezone(cron.zone) for k in range(13)]
+    start = min(moment.replace(tzinfo=None) for moment in local)
+    if start < local[0].replace(tzinfo=None):
+        # A fall-back within the next hours: earlier wall times fire again in its second copy.
+        start -= timedelta(minutes=15)
+    best: int | None = None
+    for wall in wall_times(cron, start):
+        first, second = instants(cron, wall)
+        for candidate in (first, second):
+            if candidate is not None and candidate * 1000 > after_ms:
+                best = candidate if best is None else min(best, candidate)
+        if first is not None and first * 1000 > after_ms:
+            # Later wall times fire later; only second copies of earlier ones came before.
+            assert best is not None
+            return best * 1000
+    return None
+
+
+# --- expressions, zones and start times ---
+
+
+def _number(
+    draw: st.DrawFn, low: int, high: int, names: list[str] | None, first: int
+) -> tuple[int, str]:
+    """A value in [low, high], sometimes by name (`names[0]` is the value `first`)."""
+    value = draw(st.integers(low, high))
+    if names and value - first < len(names) and draw(st.integers(0, 3)) == 0:
+        name = names[value - first]
+        return value, draw(st.sampled_from([name, name.upper(), name.title()]))
+    return value, str(value)
+
+
+@st.composite
+def field(
+    draw: st.DrawFn, low: int, high: int, names: list[str] | None = None, favoured: int = 0
+) -> str:
+    """`*`, or a list of 1-3 of `v`, `a-b`, `a-b/n`, the first maybe `*` or `*/n`.
+
+    Two forms are left out, where the built-in (croniter) is known to differ from classic
+    cron and the day rule is not the cause:
+    - a range whose ends are equal (`5-5`, `sun-sun`): croniter reads the whole cycle;
+    - `*` or `*/n` after the first item of a list (`0,*`, `1,*/2`): crontab(5) calls a day
+      field holding `*` unrestricted, Vixie's code only one beginning with it, and croniter
+      takes one reading or the other by the field's shape (`0 0 2-3 * 0,*`: Vixie fires
+      every day, croniter on the 2nd and 3rd).
+    """
+    kind = draw(st.integers(0, 9))
+    if kind < 3:
+        return "*"
+    items: list[str] = []
+    for index in range(draw(st.integers(1, 3))):
+        shape = draw(st.sampled_from(["step", "value", "range", "range-step", "star"]))
+        if shape == "star" and index == 0:
+            items.append("*")
+        elif shape in ("step", "star") and index == 0:
+            items.append(f"*/{draw(st.integers(1, high - low + 1))}")
+        elif shape in ("step", "star"):  # not after the first item (see above)
+            items.append(_number(draw, low, high, names, low)[1])
+        elif shape == "value":
+            if favoured and draw(st.booleans()):
+                items.append(str(draw(st.integers(low, min(high, low + favoured)))))
+            else:
+                items.append(_number(draw, low, high, names, low)[1])
+        else:
+            # a < b: equal ends are left out (see above)
+            a, a_text = _number(draw, low, high - 1, names, low)
+            _, b_text = _number(draw, a + 1, high, names, low)
+            step = f"/{draw(st.integers(1, high - low + 1))}" if shape == "range-step" else ""
+            items.append(f"{a_text}-{b_text}{step}")
+    if items[0] == "*" and len(items) == 1:
+        return "*/1"
+    return ",".join(items)
+
+
+@st.composite
+def expressions(draw: st.DrawFn, zone: str) -> str:
+    """A random 5- or 6-field expression, on `zone` (UTC is sometimes left implicit)."""
+    fields = [
+        draw(field(0, 59)),
+        # Hours near the small hours, where daylight saving moves the clock, are favoured.
+        draw(field(0, 23, favoured=4)),
+        draw(field(1, 31)),
+        draw(field(1, 12, MONTH_NAMES)),
+        draw(field(0, 7, DAY_NAMES)),
+    ]
+    if draw(st.booleans()):
+        fields.insert(0, draw(field(0, 59)))
+    body = " ".join(fields)
+    if zone == "UTC" and draw(st.booleans()):
+        return body
+    return f"CRON_TZ={zone} {body}"
+
+
+@functools.cache
+def transitions(zone_name: str) -> list[int]:
+    """The epoch seconds at which `zone_name` changes its offset, 2000-2040."""
+    zone = ZoneInfo(zone_name)
+    found: list[int] = []
+    step = 6 * 3600
+    moment = int(datetime(2000, 1, 1, tzinfo=UTC).timestamp())
+    end = int(datetime(2040, 1, 1, tzinfo=UTC).timestamp())
+    offset = datetime.fromtimestamp(moment, zone).utcoffset()
+    while moment < end:
+        following = datetime.fromtimestamp(moment + step, zone).utcoffset()
+        if following != offset:
+            found.append(_gap_end(zone, moment, moment + step))
+            offset = following
+        moment += step
+    return found
+
+
+@st.composite
+def starts(draw: st.DrawFn, zone: str) -> int:
+    """Epoch ms: anywhere in 2000-2040, or shortly before a change of offset (within
+    minutes, hours or a day and a half, so dense and sparse expressions meet it)."""
+    changes = transitions(zone)
+    near_a_change: bool = draw(st.booleans())
+    if changes and near_a_change:
+        moment = draw(st.sampled_from(changes)) * 1000
+        before = draw(st.sampled_from([10 * 60_000, 3 * 3_600_000, 36 * 3_600_000]))
+        return moment + draw(st.integers(-before, before // 10))
+    low = int(datetime(2000, 1, 1, tzinfo=UTC).timestamp() * 1000)
+    high = int(datetime(2040, 1, 1, tzinfo=UTC).timestamp() * 1000)
+    return draw(st.integers(low, high))
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[str, int]:
+    zone = draw(st.sampled_from(ZONES))
+    return draw(expressions(zone)), draw(starts(zone))
+
+
+def dst_case(expression: str, found_ms: int) -> str:
+    """How daylight saving bears on a firing (`--hypothesis-show-statistics` counts them)."""
+    zone = parse(expression).zone
+    local = datetime.fromtimestamp(found_ms / 1000, zone)
+    if local.replace(fold=1 - local.fold).utcoffset() != local.utcoffset():
+        return f"fires in copy {local.fold + 1} of a repeated hour"
+    if found_ms // 1000 - local.second in transitions(zone.key):
+        return "fires at the end of a gap"
+    return "no change of offset"
+
+
+def iso(value: int | None) -> str | None:
+    return None if value is None else datetime.fromtimestamp(value / 1000, UTC).isoformat()
+
+
+# --- the property ---
+
+
+def ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> int:
+    return int(datetime(year, month, day, hour, minute, tzinfo=UTC).timestamp() * 1000)
+
+
+@settings(
+    max_examples=400,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(case=cases())
+# The class that differs between the rules: a stepped `*` day field and a restricted one.
+@example(case=("0 0 */2 * 3", ms(2026, 12, 2)))
+@example(case=("30 4 1,15 * */2", ms(2026, 1, 1)))
+@example(case=("CRON_TZ=Europe/Berlin */20 0 */3 * * mon", ms(2026, 3, 1)))
+@example(case=("0 0 1-31 * */2", ms(2026, 1, 1)))  # a day-of-week `*/2` ANDs with all days
+@example(case=("30 4 1,15 * 5", ms(2026, 1, 1)))  # both restricted: ORed
+@example(case=("CRON_TZ=America/New_York 30 2 * * *", ms(2026, 3, 8)))  # spring-forward gap
+@example(case=("CRON_TZ=America/New_York 0 */1 * * *", ms(2026, 11, 1)))  # fall-back, both
+@example(case=("CRON_TZ=America/New_York 0 0-23 * * *", ms(2026, 11, 1)))  # fall-back, first
+def test_next_occurrence_agrees_with_classic_cron(case: tuple[str, int]) -> None:
+    agree(*case, steps=4)
+
+
+@st.composite
+def dst_cases(draw: st.DrawFn) -> tuple[str, int]:
+    """Every day, random times of day, starting shortly before a change of offset."""
+    zone = draw(st.sampled_from([name for name in ZONES if transitions(name)]))
+    times = [draw(field(0, 59)), draw(field(0, 23, favoured=4))]
+    if draw(st.booleans()):
+        times.insert(0, draw(field(0, 59)))
+    moment = draw(st.sampled_from(transitions(zone))) * 1000
+    start = moment - draw(st.integers(0, 3 * 3_600_000))
+    return f"CRON_TZ={zone} {' '.join(times)} * * *", start
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=dst_cases())
+def test_next_occurrence_agrees_with_classic_cron_across_changes_of_offset(
+    case: tuple[str, int],
+) -> None:
+    agree(*case, steps=6)
+
+
+def agree(expression: str, after: int, steps: int) -> None:
+    """The built-in and the model find the same next `steps` firings from `after`."""
+    for _ in range(steps):
+        expected = model_next(expression, after)
+        found = next_occurrence(expression, after)
+        if expected is None or expected - after > COMPARED_YEARS * 365 * 86_400_000:
+            # At the built-in's horizon: it may stop searching first.
+            assert found is None or found == expected, (expression, iso(after), iso(found))
+            return
+        assert found == expected, (expression, iso(after), iso(found), iso(expected))
+        event(dst_case(expression, found))
+        # A next tick the classic rule fires at is kept when a run checks it again.
+        assert classic_next_at(expression, found) == found, (expression, iso(found))
+        after = found
+
+
+def firings(expression: str, after: int, count: int) -> list[str | None]:
+    found: list[str | None] = []
+    for _ in range(count):
+        following = model_next(expression, after)
+        found.append(iso(following))
+        if following is None:
+            break
+        after = following
+    return found
+
+
+def test_the_model_reads_crontab_as_its_manual_does() -> None:
+    """The model itself, on crontab(5)'s example and the rules it states."""
+    # "30 4 1,15 * 5": 4:30 am on the 1st and 15th of each month, plus every Friday.
+    assert firings("30 4 1,15 * 5", ms(2026, 1, 1), 4) == [
+        "2026-01-01T04:30:00+00:00",
+        "2026-01-02T04:30:00+00:00",
+        "2026-01-09T04:30:00+00:00",
+        "2026-01-15T04:30:00+00:00",
+    ]
+    # A day field beginning with `*`: both must match (odd days that are Mondays).
+    assert firings("0 0 */2 * mon", ms(2026, 12, 1), 2) == [
+        "2026-12-07T00:00:00+00:00",
+        "2026-12-21T00:00:00+00:00",
+    ]
+    # 7 and 0 are Sunday; names in any case, in ranges too.
+    assert parse("0 0 * * 7").weekdays == parse("0 0 * * SUN").weekdays == {0}
+    assert parse("0 0 * * 5-7").weekdays == {5, 6, 0}
+    assert parse("0 0 * Jan-Mar/2 *").months == {1, 3}
+    assert parse("*/20 0 0 * * *").seconds == {0, 20, 40}
+    assert firings("0 0 30 2 *", ms(2026, 1, 1), 1) == [None]
+
+
+def test_the_model_takes_the_documented_dst_choices() -> None:
+    new_york = "CRON_TZ=America/New_York "
+    # 2026-03-08 02:00-03:00 does not exist: a time in it fires once, at 03:00 EDT (07:00Z).
+    assert firings(new_york + "*/20 2 * * *", ms(2026, 3, 8), 2) == [
+        "2026-03-08T07:00:00+00:00",
+        "2026-03-09T06:00:00+00:00",
+    ]
+    # ... unless the expression names every hour.
+    assert firings(new_york + "30 0-23 * * *", ms(2026, 3, 8, 6), 2) == [
+        "2026-03-08T06:30:00+00:00",
+        "2026-03-08T07:30:00+00:00",
+    ]
+    # 2026-11-01 01:00-02:00 happens twice (05:00Z EDT, 06:00Z EST).
+    assert firings(new_york + "30 1 * * *", ms(2026, 11, 1), 2) == [
+        "2026-11-01T05:30:00+00:00",
+        "2026-11-02T06:30:00+00:00",
+    ]
+    assert firings(new_york + "30 */1 * * *", ms(2026, 11, 1, 5), 2) == [
+        "2026-11-01T05:30:00+00:00",
+        "2026-11-01T06:30:00+00:00",
+    ]
