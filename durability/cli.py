@@ -58,13 +58,19 @@ def iso(epoch_ms: Any) -> str:
     return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
-# Epoch milliseconds in a message (2001..2286): a person reads them as ISO times too.
-EPOCH_MS = re.compile(r"\b1\d{12}\b")
+# A number in a message that reads as epoch milliseconds of 2001..2999.
+EPOCH_MS = re.compile(r"\b\d{13,14}\b")
+EPOCH_MS_RANGE = range(10**12, 32_503_680_000_000)
 
 
 def with_iso_times(message: str) -> str:
     """`message` with each epoch-ms time followed by its ISO 8601 UTC form."""
-    return EPOCH_MS.sub(lambda match: f"{match[0]} ({iso(int(match[0]))})", message)
+
+    def readable(match: re.Match[str]) -> str:
+        value = int(match[0])
+        return f"{value} ({iso(value)})" if value in EPOCH_MS_RANGE else match[0]
+
+    return EPOCH_MS.sub(readable, message)
 
 
 def cell(value: Any) -> str:
@@ -666,7 +672,9 @@ async def execute(args: argparse.Namespace) -> Any:
 
 
 def fail(message: str, code: int) -> int:
-    print(f"durability: {with_iso_times(message)}", file=sys.stderr)
+    """Print `message` as the command's one-line error; returns `code`."""
+    one_line = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    print(f"durability: {with_iso_times(one_line)}", file=sys.stderr)
     return code
 
 

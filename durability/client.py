@@ -275,6 +275,13 @@ def schedule_start_input(object_id: str, options: Any = None) -> dict[str, Any]:
         "object_id", object_id, options, ScheduleInput.model_fields, workflow_id,
         "InvalidScheduleInput",
     )  # fmt: skip
+    try:  # the workflow's model, its problems on one line as the ledger words them
+        ScheduleInput.model_validate(start_input)
+    except ValidationError as error:
+        raise RejectedError(
+            ledger_core.format_validation_error("DurabilitySchedule input", error),
+            update="start", workflow_id=workflow_id, type="InvalidScheduleInput",
+        ) from None  # fmt: skip
     _, _, problem = schedule_core.parse_start(lambda: start_input, workflow_id)
     if problem is not None:
         raise RejectedError(
