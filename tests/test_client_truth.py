@@ -76,6 +76,7 @@ async def test_a_refused_first_set_or_enqueue_creates_nothing(client: Client, un
     for call, message, named in cases:
         error = await refused(call)
         assert (error.update, named in str(error)) == (message, True), (named, str(error))
+        assert "\n" not in str(error), str(error)  # one line, as a CLI prints it
     await assert_no_workflow(client, schedule)
     await assert_no_workflow(client, ledger)
 
