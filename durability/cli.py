@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from durability.client import (
@@ -696,6 +697,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(f"{error}" + ("; --new starts a new one" if refused else ""), 1)
     except NotFoundError as error:
         return fail(str(error), 1)
+    except WorkflowQueryFailedError as error:
+        return fail(f"{args.command} failed on the worker: {error}", 1)
     except RPCError as error:  # the server refused the call itself (a bad --query, ...)
         return fail(f"Temporal refused the call: {error.message}", 1)
     except Exception as error:  # never a traceback: one line naming what went wrong

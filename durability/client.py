@@ -28,7 +28,6 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
-    WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
 )
@@ -627,7 +626,8 @@ class DurabilityClient:
         await self._answer(workflow_id, signal, lambda: handle.signal(signal, payload))
 
     async def _query(self, workflow_id: str, query: str, *args: Any) -> Any:
-        """A query of the running workflow: a closed one's last state is not an answer."""
+        """A query of the running workflow: a closed one's last state is not an answer. A
+        query the worker fails (a payload it cannot decode) raises WorkflowQueryFailedError."""
         for arg in args:
             await self._check_size(workflow_id, query, arg, MAX_MESSAGE_BYTES)
         handle = self.temporal.get_workflow_handle(workflow_id)
@@ -642,8 +642,6 @@ class DurabilityClient:
             raise ClosedError(
                 workflow_id, status or "closed", await self._close_reason(handle)
             ) from error
-        except WorkflowQueryFailedError as error:
-            raise RejectedError(error.message, update=query, workflow_id=workflow_id) from error
 
     # -- schedule ----------------------------------------------------------------------
 
