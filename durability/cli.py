@@ -693,8 +693,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RejectedError as error:
         return fail(f"{error.update} rejected by {error.workflow_id}: {error}", 1)
     except ClosedError as error:
-        error.start_refused, refused = False, error.start_refused
-        return fail(f"{error}" + ("; --new starts a new one" if refused else ""), 1)
+        return fail(error.closed + ("; --new starts a new one" if error.start_refused else ""), 1)
     except NotFoundError as error:
         return fail(str(error), 1)
     except WorkflowQueryFailedError as error:

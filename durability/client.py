@@ -162,10 +162,14 @@ class ClosedError(Exception):
         # A with-start was refused: the ID is taken by the closed workflow.
         self.start_refused = start_refused
 
-    def __str__(self) -> str:
+    @property
+    def closed(self) -> str:
+        """`schedule acct-42 is closed (terminated: <reason>)`."""
         because = f": {self.reason}" if self.reason else ""
-        text = f"{summary_for(self.workflow_id)} is closed ({self.status}{because})"
-        return text + ("; new=True starts a new one" if self.start_refused else "")
+        return f"{summary_for(self.workflow_id)} is closed ({self.status}{because})"
+
+    def __str__(self) -> str:
+        return self.closed + ("; new=True starts a new one" if self.start_refused else "")
 
 
 class UnansweredError(TimeoutError):
