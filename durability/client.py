@@ -11,7 +11,7 @@ of SPEC.md), so what it does can also be done with the `temporal` CLI or any SDK
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -42,11 +42,11 @@ from temporalio.service import RPCError, RPCStatusCode
 from durability.connect import connect, task_queue
 from workflows import search_attributes
 from workflows.ledger import core as ledger_core
-from workflows.ledger.models import LedgerConfig, LedgerState, SkipInput
+from workflows.ledger.models import LedgerState, SkipInput
 from workflows.schedule import core as schedule_core
 from workflows.schedule import cron
 from workflows.schedule.cron import NextOccurrence
-from workflows.schedule.models import ScheduleInput
+from workflows.validation import format_validation_error
 
 # How many times an update Temporal aborted unapplied is sent (see `_send_update`).
 UPDATE_ATTEMPTS = 5
@@ -251,9 +251,10 @@ def _now_ms() -> int:
 
 
 def _start_input(
-    key: str, business_id: str, options: Any, fields: Iterable[str], workflow_id: str, kind: str
+    key: str, business_id: str, options: Any, internal: str, workflow_id: str, kind: str
 ) -> dict[str, Any]:
-    """`options` as a start input: a JSON object with only the workflow's fields."""
+    """`options` as a start input: a JSON object without the workflow's `internal` field (the
+    state a continue-as-new carries)."""
     if options is None:
         options = {}
     if not isinstance(options, Mapping):
@@ -261,51 +262,41 @@ def _start_input(
             f"the start options must be a JSON object, got {options!r:.200}",
             update="start", workflow_id=workflow_id, type=kind,
         )  # fmt: skip
-    unknown = sorted(str(name) for name in set(options) - set(fields))
-    if unknown:
+    if internal in options:
         raise RejectedError(
-            f"unknown start field(s) {', '.join(unknown)} (known: {', '.join(sorted(fields))})",
+            f"{internal} is internal: the state a run carries across continue-as-new",
             update="start", workflow_id=workflow_id, type=kind,
         )  # fmt: skip
     return {key: business_id, **options}
 
 
+def _start_refused(workflow_id: str, kind: str, error: str | None, coerced: str | None) -> None:
+    """A new run fails on a start input with an `error`, or one only a lax reading accepts
+    (`coerced`: an unknown field, a value of another JSON type)."""
+    problem = error or coerced
+    if problem is not None:
+        raise RejectedError(problem, update="start", workflow_id=workflow_id, type=kind)
+
+
 def schedule_start_input(object_id: str, options: Any = None) -> dict[str, Any]:
     """The schedule's start input for `options`; RejectedError (`InvalidScheduleInput`) naming
-    the field when the workflow would fail on it."""
+    the field when a new schedule would fail on it."""
     workflow_id = schedule_workflow_id(object_id)
-    start_input = _start_input(
-        "object_id", object_id, options, ScheduleInput.model_fields, workflow_id,
-        "InvalidScheduleInput",
-    )  # fmt: skip
-    try:  # the workflow's model, its problems on one line as the ledger words them
-        ScheduleInput.model_validate(start_input)
-    except ValidationError as error:
-        raise RejectedError(
-            ledger_core.format_validation_error("DurabilitySchedule input", error),
-            update="start", workflow_id=workflow_id, type="InvalidScheduleInput",
-        ) from None  # fmt: skip
-    _, _, problem = schedule_core.parse_start(lambda: start_input, workflow_id)
-    if problem is not None:
-        raise RejectedError(
-            problem, update="start", workflow_id=workflow_id, type="InvalidScheduleInput"
-        )
+    kind = "InvalidScheduleInput"
+    start_input = _start_input("object_id", object_id, options, "carried", workflow_id, kind)
+    start = schedule_core.parse_start(lambda: start_input, workflow_id)
+    _start_refused(workflow_id, kind, start.error, start.coerced)
     return start_input
 
 
 def ledger_start_input(ledger_id: str, options: Any = None) -> dict[str, Any]:
     """The ledger's start input for `options`; RejectedError (`InvalidLedgerInput`) naming the
-    field when the workflow would fail on it."""
+    field when a new ledger would fail on it."""
     workflow_id = ledger_workflow_id(ledger_id)
-    start_input = _start_input(
-        "ledger_id", ledger_id, options, LedgerConfig.model_fields, workflow_id,
-        "InvalidLedgerInput",
-    )  # fmt: skip
-    problem = ledger_core.read_start(lambda: start_input, workflow_id).error
-    if problem is not None:
-        raise RejectedError(
-            problem, update="start", workflow_id=workflow_id, type="InvalidLedgerInput"
-        )
+    kind = "InvalidLedgerInput"
+    start_input = _start_input("ledger_id", ledger_id, options, "carried_state", workflow_id, kind)
+    start = ledger_core.read_start(lambda: start_input, workflow_id)
+    _start_refused(workflow_id, kind, start.error, start.coerced)
     return start_input
 
 
@@ -326,9 +317,7 @@ def _validated(parse: Callable[[Any], object], what: str) -> Callable[[Any], obj
         try:
             return parse(raw)
         except ValidationError as error:
-            raise ledger_core.LedgerInputError(
-                ledger_core.format_validation_error(what, error)
-            ) from None
+            raise ledger_core.LedgerInputError(format_validation_error(what, error)) from None
 
     return check
 

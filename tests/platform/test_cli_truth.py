@@ -15,7 +15,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from tests.helpers import PROJECT_ROOT, durability_cli, running_worker, subprocess_env
+from tests.support.helpers import PROJECT_ROOT, durability_cli, running_worker, subprocess_env
 
 
 async def assert_no_workflow(client: Client, workflow_id: str) -> None:
@@ -49,7 +49,7 @@ async def test_a_refused_set_or_enqueue_exits_one_names_the_field_and_creates_no
         ((*schedule, "@every 5m", "--version", "1", "--options", '{"max_concurrent_runs": 0}'),
          "max_concurrent_runs"),
         ((*schedule, "@every 5m", "--version", "1", "--options", '{"max_concurent_runs": 2}'),
-         "unknown start field(s) max_concurent_runs"),
+         "unknown field(s) max_concurent_runs"),
         ((*schedule, "@every 5m", "--version", "1", "--params", json.dumps({"b": "x" * 9000}),
           "--signal"),
          "more than the limit of 8192"),

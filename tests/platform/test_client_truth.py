@@ -26,7 +26,7 @@ from durability.client import (
     NotFoundError,
     RejectedError,
 )
-from tests.helpers import eventually, running_worker
+from tests.support.helpers import eventually, running_worker
 
 
 async def assert_no_workflow(client: Client, workflow_id: str) -> None:
@@ -55,9 +55,14 @@ async def test_a_refused_first_set_or_enqueue_creates_nothing(client: Client, un
          "start", "max_concurrent_runs"),
         (durability.set_schedule(f"bad-{unique}", "@hourly", 1,
                                  options={"max_concurent_runs": 2}),
-         "start", "unknown start field(s) max_concurent_runs"),
+         "start", "unknown field(s) max_concurent_runs"),
         (durability.set_schedule(f"bad-{unique}", "@hourly", 1, options=[1]),  # type: ignore[arg-type]
          "start", "the start options must be a JSON object"),
+        (durability.set_schedule(f"bad-{unique}", "@hourly", 1,
+                                 options={"max_concurrent_runs": "2"}),
+         "start", "max_concurrent_runs: Input should be a valid integer (got '2')"),
+        (durability.set_schedule(f"bad-{unique}", "@hourly", 1, options={"carried": {}}),
+         "start", "carried is internal"),
         (durability.signal_set_schedule(f"bad-{unique}", "not a cron", 1), "set",
          "set.expression does not parse, got 'not a cron'"),
         (durability.enqueue(f"bad-{unique}", [{"id": "op-1"}]), "enqueue",
@@ -66,9 +71,9 @@ async def test_a_refused_first_set_or_enqueue_creates_nothing(client: Client, un
                                                "dependencies": ["a"]}]),
          "enqueue", "dependency cycle"),
         (durability.enqueue(f"bad-{unique}", [], options={"concurency": 3}), "start",
-         "unknown start field(s) concurency"),
+         "concurency: Extra inputs are not permitted"),
         (durability.enqueue(f"bad-{unique}", [], options={"carried_state": {}}), "start",
-         "unknown start field(s) carried_state"),
+         "carried_state is internal"),
         (durability.enqueue(f"bad-{unique}", [], options={"concurrency": 0}), "start",
          "concurrency"),
         (durability.signal_enqueue(f"bad-{unique}", [{"id": ""}]), "enqueue", "operations.0.id"),
