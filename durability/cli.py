@@ -250,7 +250,10 @@ def show_listed(result: Any, args: argparse.Namespace) -> str:
 
 
 async def schedule_get(client: DurabilityClient, args: argparse.Namespace) -> Any:
-    return await client.get_schedule(args.object_id)
+    view = await client.get_schedule(args.object_id)
+    if view is None and not args.json:  # a person is told whether it was cancelled
+        args.stored_version = await client.stored_version(args.object_id)
+    return view
 
 
 async def schedule_runs(client: DurabilityClient, args: argparse.Namespace) -> Any:
@@ -259,7 +262,10 @@ async def schedule_runs(client: DurabilityClient, args: argparse.Namespace) -> A
 
 def show_schedule(result: Any, args: argparse.Namespace) -> str:
     if result is None:
-        return "no live schedule (none set, or cancelled)"
+        version = getattr(args, "stored_version", None)
+        if version is None:
+            return "no live schedule: none set yet"
+        return f"no live schedule: version {version} is cancelled"
     rows = [
         ("expression", result["expression"]),
         ("version", result["version"]),

@@ -750,6 +750,18 @@ class DurabilityClient:
         paused = bool(await self._query(workflow_id, "paused"))
         return ScheduleView(**{**view, "paused": paused})  # type: ignore[typeddict-item]
 
+    async def stored_version(self, object_id: str) -> int | None:
+        """The version stored for `object_id`, a cancel tombstone's included, as the schedule
+        publishes it (`DurabilityScheduleVersion`); None while none was ever set. With
+        `get_schedule` returning None it tells a cancelled schedule from one never set."""
+        workflow_id = schedule_workflow_id(object_id)
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        description = await self._answer(workflow_id, "describe", handle.describe)
+        version: int | None = description.typed_search_attributes.get(
+            search_attributes.SCHEDULE_VERSION
+        )
+        return version
+
     async def list_runs(self, object_id: str) -> list[RunView]:
         result: list[RunView] = await self._query(schedule_workflow_id(object_id), "runs")
         return result

@@ -141,7 +141,7 @@ async def test_schedule_commands_set_get_runs_cancel(
         )
         assert json.loads(again.stdout) == {"live": False}
         after = await durability_cli(dev_server_address, *cli, "schedule", "get", object_id)
-        assert after.stdout.strip() == "no live schedule (none set, or cancelled)"
+        assert after.stdout.strip() == "no live schedule: version 3 is cancelled"
         gate.set()
         schedule = client.get_workflow_handle(f"schedule:{object_id}")
 

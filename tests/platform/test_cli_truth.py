@@ -188,6 +188,17 @@ async def test_results_read_as_sentences_and_json_keeps_wire_values(
             "cancelled; nothing was live (already cancelled, or never set)"
         )
         assert json.loads(await says("--json", "schedule", "cancel", object_id)) == {"live": False}
+        assert (
+            await says("schedule", "get", object_id) == "no live schedule: version 2 is cancelled"
+        )
+        assert json.loads(await says("--json", "schedule", "get", object_id)) is None
+        # Started without a `set` (as `temporal workflow start` can): nothing was ever set.
+        await client.start_workflow(
+            "DurabilitySchedule", {}, id=f"schedule:{object_id}-bare", task_queue=task_queue
+        )
+        assert (
+            await says("schedule", "get", f"{object_id}-bare") == "no live schedule: none set yet"
+        )
 
         enqueued = await says(*queue, "ledger", "enqueue", ledger_id, "--file", str(ops))
         assert "accepted    op-1, op-2" in enqueued and "[" not in enqueued, enqueued
@@ -199,7 +210,11 @@ async def test_results_read_as_sentences_and_json_keeps_wire_values(
         assert blocked.splitlines()[0] == "no operation in phase blocked", blocked
         listed = await says("ledger", "list", "--query", f"DurabilityLedgerId = '{ledger_id}'")
         assert "next_tick_at" not in listed and "version" not in listed, listed
-    for workflow_id in (f"schedule:{object_id}", f"ledger:{ledger_id}"):
+    for workflow_id in (
+        f"schedule:{object_id}",
+        f"schedule:{object_id}-bare",
+        f"ledger:{ledger_id}",
+    ):
         await client.get_workflow_handle(workflow_id).terminate("test done")
 
 
