@@ -75,9 +75,11 @@ def with_iso_times(message: str) -> str:
 
 
 def cell(value: Any) -> str:
-    """A table cell: lists joined by commas, objects as JSON, None as `-`."""
+    """A table cell: lists joined by commas, objects as JSON, booleans as yes/no, None as `-`."""
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, list | tuple):
         return ", ".join(cell(item) for item in value) or "-"
     if isinstance(value, dict):
@@ -272,7 +274,7 @@ def show_schedule(result: Any, args: argparse.Namespace) -> str:
         ("jitter_ms", result["jitter_ms"]),
         ("next_at", iso(result["next_at"])),
         ("params", json.dumps(result.get("params", {}))),
-        ("paused", "yes" if result.get("paused") else "no"),
+        ("paused", bool(result.get("paused"))),
     ]
     return table(("field", "value"), rows)
 
