@@ -148,6 +148,11 @@ def show_cancel(result: Any, args: argparse.Namespace) -> str:
         return "signalled: cancel (checked before sending; `get` shows it once applied)"
     if result["live"]:
         return "cancelled; it was live"
+    if args.version is not None:
+        return (
+            f"nothing was live: version {args.version} is a tombstone now, unless a higher "
+            "version is stored (then the cancel is ignored)"
+        )
     return "cancelled; nothing was live (already cancelled, or never set)"
 
 
