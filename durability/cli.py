@@ -11,7 +11,11 @@
 Connection settings come from Temporal's environment configuration (TEMPORAL_ADDRESS, ...).
 `--json` and `--task-queue` go before or after the command. Tables show times in ISO 8601
 UTC; `--json` keeps epoch milliseconds, as the workflows' wire contract has them.
-Exit codes: 0 ok, 1 rejected or not found, 2 bad usage or settings.
+Booleans print as sentences ("already paused"); `--json` prints the values as the
+workflows answer them. Only `schedule set` and `ledger enqueue` create a workflow; any
+other command on an ID with none says "no such schedule/ledger <id>", and on a closed one
+says how it closed. Exit codes: 0 ok, 1 rejected, not found or closed, 2 bad usage or
+settings.
 """
 
 from __future__ import annotations
@@ -21,18 +25,28 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from durability.client import DurabilityClient, NotFoundError, RejectedError, UnansweredError
+from temporalio.client import WorkflowQueryFailedError
+from temporalio.service import RPCError
+
+from durability.client import (
+    ClosedError,
+    DurabilityClient,
+    NotFoundError,
+    RejectedError,
+    UnansweredError,
+)
 from durability.connect import ConfigurationError
 from durability.tracing import configure_tracing
 
 Command = Callable[[DurabilityClient, argparse.Namespace], Coroutine[Any, Any, Any]]
-Show = Callable[[Any], str]
+Show = Callable[[Any, argparse.Namespace], str]
 
 
 class UsageError(Exception):
@@ -45,9 +59,37 @@ def iso(epoch_ms: Any) -> str:
     return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
+# A number in a message that reads as epoch milliseconds of 2001..2999.
+EPOCH_MS = re.compile(r"\b\d{13,14}\b")
+EPOCH_MS_RANGE = range(10**12, 32_503_680_000_000)
+
+
+def with_iso_times(message: str) -> str:
+    """`message` with each epoch-ms time followed by its ISO 8601 UTC form."""
+
+    def readable(match: re.Match[str]) -> str:
+        value = int(match[0])
+        return f"{value} ({iso(value)})" if value in EPOCH_MS_RANGE else match[0]
+
+    return EPOCH_MS.sub(readable, message)
+
+
+def cell(value: Any) -> str:
+    """A table cell: lists joined by commas, objects as JSON, booleans as yes/no, None as `-`."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(cell(item) for item in value) or "-"
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain aligned text table."""
-    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    cells = [[str(h) for h in headers]] + [[cell(c) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
@@ -75,9 +117,23 @@ async def schedule_set(client: DurabilityClient, args: argparse.Namespace) -> An
         "params": args.params, "options": args.options,
     }  # fmt: skip
     if args.signal:
-        await client.signal_set_schedule(*schedule, **settings)
+        await client.signal_set_schedule(*schedule, **settings, new=args.new)
         return {"signalled": True}
-    return {"applied": await client.set_schedule(*schedule, **settings)}
+    return {"applied": await client.set_schedule(*schedule, **settings, new=args.new)}
+
+
+def show_set(result: Any, args: argparse.Namespace) -> str:
+    if "signalled" in result:
+        return (
+            f"signalled: version {args.version} (checked before sending; `get` shows it once "
+            "applied)"
+        )
+    if result["applied"]:
+        return f"applied: version {args.version} is stored"
+    return (
+        f"not applied: version {args.version} is not above the version already stored "
+        "(a cancelled one included)"
+    )
 
 
 async def schedule_cancel(client: DurabilityClient, args: argparse.Namespace) -> Any:
@@ -85,6 +141,27 @@ async def schedule_cancel(client: DurabilityClient, args: argparse.Namespace) ->
         await client.signal_cancel_schedule(args.object_id, args.version)
         return {"signalled": True}
     return {"live": await client.cancel_schedule(args.object_id, args.version)}
+
+
+def show_cancel(result: Any, args: argparse.Namespace) -> str:
+    if "signalled" in result:
+        return "signalled: cancel (checked before sending; `get` shows it once applied)"
+    if result["live"]:
+        return "cancelled; it was live"
+    if args.version is not None:
+        return (
+            f"nothing was live: version {args.version} is a tombstone now, unless a higher "
+            "version is stored (then the cancel is ignored)"
+        )
+    return "cancelled; nothing was live (already cancelled, or never set)"
+
+
+def show_pause(result: Any, args: argparse.Namespace) -> str:
+    return "paused" if result["paused"] else "already paused"
+
+
+def show_unpause(result: Any, args: argparse.Namespace) -> str:
+    return "unpaused: ticking again from now" if result["unpaused"] else "was not paused"
 
 
 async def schedule_pause(client: DurabilityClient, args: argparse.Namespace) -> Any:
@@ -123,11 +200,11 @@ def epoch_ms(option: str) -> Callable[[str], int]:
     return parse
 
 
-def show_trigger(result: Any) -> str:
+def show_trigger(result: Any, args: argparse.Namespace) -> str:
     return table(("field", "value"), [("scheduled_time", iso(result["scheduled_time"]))])
 
 
-def show_backfill(result: Any) -> str:
+def show_backfill(result: Any, args: argparse.Namespace) -> str:
     if not result["recorded"]:
         return "no run recorded (every time in the range is already recorded)"
     return table(("recorded scheduled_time",), [(iso(t),) for t in result["recorded"]])
@@ -141,7 +218,11 @@ async def schedule_redeliver(client: DurabilityClient, args: argparse.Namespace)
     return {"redelivering": await client.redeliver(args.object_id, args.idempotency_key)}
 
 
-def show_dead_letters(result: Any) -> str:
+def show_redeliver(result: Any, args: argparse.Namespace) -> str:
+    return f"redelivering {args.idempotency_key}"
+
+
+def show_dead_letters(result: Any, args: argparse.Namespace) -> str:
     if not result:
         return "no dead letters"
     rows = [
@@ -160,9 +241,14 @@ async def ledger_list(client: DurabilityClient, args: argparse.Namespace) -> Any
     return await client.list_ledgers(args.query, args.limit)
 
 
-def show_listed(result: Any) -> str:
+def show_listed(result: Any, args: argparse.Namespace) -> str:
     if not result:
         return "none found"
+    if args.group == "ledger":  # version and next tick are the schedule's
+        return table(
+            ("id", "status", "started_at"),
+            [(w["id"], w["status"], iso(w["started_at"])) for w in result],
+        )
     rows = [
         (w["id"], w["status"], w["version"], iso(w["next_tick_at"]), iso(w["started_at"]))
         for w in result
@@ -171,27 +257,34 @@ def show_listed(result: Any) -> str:
 
 
 async def schedule_get(client: DurabilityClient, args: argparse.Namespace) -> Any:
-    return await client.get_schedule(args.object_id)
+    view = await client.get_schedule(args.object_id)
+    if view is None and not args.json:  # a person is told whether it was cancelled
+        args.stored_version = await client.stored_version(args.object_id)
+    return view
 
 
 async def schedule_runs(client: DurabilityClient, args: argparse.Namespace) -> Any:
     return await client.list_runs(args.object_id)
 
 
-def show_schedule(result: Any) -> str:
+def show_schedule(result: Any, args: argparse.Namespace) -> str:
     if result is None:
-        return "no schedule (none set, or cancelled)"
+        version = getattr(args, "stored_version", None)
+        if version is None:
+            return "no live schedule: none set yet"
+        return f"no live schedule: version {version} is cancelled"
     rows = [
         ("expression", result["expression"]),
         ("version", result["version"]),
         ("jitter_ms", result["jitter_ms"]),
         ("next_at", iso(result["next_at"])),
         ("params", json.dumps(result.get("params", {}))),
+        ("paused", bool(result.get("paused"))),
     ]
     return table(("field", "value"), rows)
 
 
-def show_runs(result: Any) -> str:
+def show_runs(result: Any, args: argparse.Namespace) -> str:
     if not result:
         return "no runs awaiting acknowledgement"
     rows = [
@@ -220,9 +313,21 @@ def read_operations(path: str) -> list[dict[str, Any]]:
 async def ledger_enqueue(client: DurabilityClient, args: argparse.Namespace) -> Any:
     operations, options = args.operations, args.options
     if args.signal:
-        await client.signal_enqueue(args.ledger_id, operations, options=options)
+        await client.signal_enqueue(args.ledger_id, operations, options=options, new=args.new)
         return {"signalled": True}
-    return await client.enqueue(args.ledger_id, operations, options=options)
+    return await client.enqueue(args.ledger_id, operations, options=options, new=args.new)
+
+
+def show_enqueue(result: Any, args: argparse.Namespace) -> str:
+    if "signalled" in result:
+        return (
+            f"signalled: {len(args.operations)} operation(s) (checked before sending; "
+            "`snapshot` shows them once recorded)"
+        )
+    return table(
+        ("field", "value"),
+        [("accepted", result["accepted"]), ("duplicates", result["duplicates"])],
+    )
 
 
 async def ledger_hold(client: DurabilityClient, args: argparse.Namespace) -> Any:
@@ -234,14 +339,27 @@ async def ledger_release(client: DurabilityClient, args: argparse.Namespace) -> 
     return {"released": args.token}
 
 
+def show_release(result: Any, args: argparse.Namespace) -> str:
+    return f"released {result['released']}"
+
+
 async def ledger_resume(client: DurabilityClient, args: argparse.Namespace) -> Any:
-    await client.resume(args.ledger_id)
-    return {"resumed": True}
+    return {"resumed": await client.resume(args.ledger_id)}
+
+
+def show_resume(result: Any, args: argparse.Namespace) -> str:
+    if not result["resumed"]:
+        return "nothing to resume (no unresolved or blocked request)"
+    return "resumed: " + ", ".join(result["resumed"])
 
 
 async def ledger_skip(client: DurabilityClient, args: argparse.Namespace) -> Any:
     await client.skip(args.ledger_id, args.operation_id, args.reason)
     return {"skipped": args.operation_id}
+
+
+def show_skip(result: Any, args: argparse.Namespace) -> str:
+    return f"skipped {result['skipped']}"
 
 
 async def ledger_stop(client: DurabilityClient, args: argparse.Namespace) -> Any:
@@ -258,7 +376,7 @@ async def ledger_claims(client: DurabilityClient, args: argparse.Namespace) -> A
     return await client.claims(args.ledger_id)
 
 
-def show_snapshot(result: Any) -> str:
+def show_snapshot(result: Any, args: argparse.Namespace) -> str:
     operations = result.get("operations", [])
     if isinstance(operations, dict):
         operations = list(operations.values())
@@ -267,7 +385,11 @@ def show_snapshot(result: Any) -> str:
          ",".join(op.get("blockers") or []) or None, op.get("request_id"), op.get("outcome"))
         for op in operations
     ]  # fmt: skip
-    parts = [table(("operation", "phase", "blockers", "request", "outcome"), rows)]
+    phase = getattr(args, "phase", None)
+    if rows:
+        parts = [table(("operation", "phase", "blockers", "request", "outcome"), rows)]
+    else:
+        parts = [f"no operation in phase {phase}" if phase else "no operation"]
     counts = (result.get("counts") or {}).get("operations")
     if counts:
         summary = ", ".join(f"{phase} {count}" for phase, count in counts.items())
@@ -279,7 +401,8 @@ def show_snapshot(result: Any) -> str:
     if requests:
         request_rows = [
             (rq.get("id"), rq.get("phase"), rq.get("attempt"), iso(rq.get("retry_at")),
-             rq.get("retry_action"), ",".join(rq.get("canvas_ids") or []))
+             None if rq.get("phase") == "resolved" else rq.get("retry_action"),
+             ",".join(rq.get("canvas_ids") or []))
             for rq in requests
         ]  # fmt: skip
         parts.append(
@@ -288,17 +411,23 @@ def show_snapshot(result: Any) -> str:
     return "\n\n".join(parts)
 
 
-def show_claims(result: Any) -> str:
+def show_claims(result: Any, args: argparse.Namespace) -> str:
     if not result:
         return "no canvas is claimed"
     return table(("canvas", "request"), sorted(result.items()))
 
 
-def show_fields(result: Any) -> str:
+def show_fields(result: Any, args: argparse.Namespace) -> str:
     return table(("field", "value"), [(k, v) for k, v in result.items()])
 
 
 # -- parser ---------------------------------------------------------------------
+
+
+NEW_HELP = (
+    "start a new {what} if the ID's workflow is closed (it starts without the old one's "
+    "state); without it a closed ID is refused"
+)
 
 
 def _global_options(suppress: bool) -> argparse.ArgumentParser:
@@ -326,25 +455,26 @@ def _add_list(commands: Any, run: Command, what: str) -> None:
 # how a table shows its result, help). Each takes the group's ID first; build_parser adds
 # the other arguments of those that have more.
 SCHEDULE_COMMANDS: tuple[tuple[str, Command, Show, str], ...] = (
-    ("set", schedule_set, show_fields, "set a schedule version (update-with-start)"),
-    ("cancel", schedule_cancel, show_fields, "cancel future ticks"),
+    ("set", schedule_set, show_set, "set a schedule version (creates the schedule if none)"),
+    ("cancel", schedule_cancel, show_cancel, "cancel future ticks"),
     ("get", schedule_get, show_schedule, "the stored schedule"),
     ("runs", schedule_runs, show_runs, "runs not yet acknowledged"),
-    ("pause", schedule_pause, show_fields, "stop ticks (recorded runs go on)"),
-    ("unpause", schedule_unpause, show_fields, "tick again from now"),
+    ("pause", schedule_pause, show_pause, "stop ticks (recorded runs go on)"),
+    ("unpause", schedule_unpause, show_unpause, "tick again from now"),
     ("trigger", schedule_trigger, show_trigger, "record a run now"),
     ("dead-letters", schedule_dead_letters, show_dead_letters,
      "outcomes whose delivery was given up"),
-    ("redeliver", schedule_redeliver, show_fields, "deliver a dead-lettered outcome again"),
+    ("redeliver", schedule_redeliver, show_redeliver, "deliver a dead-lettered outcome again"),
     ("backfill", schedule_backfill, show_backfill, "record runs for a past range [start, end)"),
 )  # fmt: skip
 LEDGER_COMMANDS: tuple[tuple[str, Command, Show, str], ...] = (
-    ("enqueue", ledger_enqueue, show_fields, "enqueue operations from a JSON file (- for stdin)"),
-    ("release", ledger_release, show_fields, "release a hold token"),
-    ("skip", ledger_skip, show_fields,
+    ("enqueue", ledger_enqueue, show_enqueue,
+     "enqueue operations from a JSON file (- for stdin); creates the ledger if none"),
+    ("release", ledger_release, show_release, "release a hold token"),
+    ("skip", ledger_skip, show_skip,
      "resolve a stuck (pending or blocked) operation as skipped"),
     ("hold", ledger_hold, show_fields, "stop new launches; prints a token"),
-    ("resume", ledger_resume, show_fields, "retry unresolved and blocked requests"),
+    ("resume", ledger_resume, show_resume, "retry unresolved and blocked requests"),
     ("stop", ledger_stop, show_snapshot, "stop the ledger; prints the final snapshot"),
     ("snapshot", ledger_snapshot, show_snapshot, "operations and requests, a page"),
     ("claims", ledger_claims, show_claims, "which request holds each canvas"),
@@ -377,9 +507,9 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs.setdefault("parents", [common])
             super().__init__(**kwargs)
 
-    schedule = top.add_parser("schedule", help="per-object recurring schedules").add_subparsers(
-        dest="command", required=True, parser_class=CommandParser
-    )
+    schedule = top.add_parser(
+        "schedule", help="per-object recurring schedules", parents=[common]
+    ).add_subparsers(dest="command", required=True, parser_class=CommandParser)
     _add_list(schedule, schedule_list, "schedules")
     commands = _add_commands(schedule, "object_id", SCHEDULE_COMMANDS)
     cmd = commands["set"]
@@ -391,26 +521,35 @@ def build_parser() -> argparse.ArgumentParser:
     jitter.add_argument("--jitter-ms", type=int)
     jitter.add_argument("--jitter-max-ms", type=int, help="pick the jitter once in [0, max]")
     cmd.add_argument("--params", help="JSON object handed to every run")
-    cmd.add_argument("--options", help="JSON start input (max_concurrent_runs, ...)")
+    cmd.add_argument(
+        "--options",
+        help="JSON start input (max_concurrent_runs, ...), read only when this starts the schedule",
+    )
     cmd.add_argument("--signal", action="store_true", help="signal-with-start instead")
+    cmd.add_argument("--new", action="store_true", help=NEW_HELP.format(what="schedule"))
     cmd = commands["cancel"]
     cmd.add_argument("--version", type=int)
     cmd.add_argument("--signal", action="store_true")
     cmd = commands["redeliver"]
     cmd.add_argument("idempotency_key", help="the dead letter's key: <object_id>:<time>")
     cmd = commands["backfill"]
-    cmd.add_argument("--start", type=epoch_ms("--start"), required=True)
-    cmd.add_argument("--end", type=epoch_ms("--end"), required=True)
+    times = "epoch ms or ISO 8601 (UTC unless an offset is given), e.g. 2026-01-05T09:00"
+    cmd.add_argument("--start", type=epoch_ms("--start"), required=True, help=times)
+    cmd.add_argument("--end", type=epoch_ms("--end"), required=True, help=times)
 
-    ledger = top.add_parser("ledger", help="durable operation ledgers").add_subparsers(
-        dest="command", required=True, parser_class=CommandParser
-    )
+    ledger = top.add_parser(
+        "ledger", help="durable operation ledgers", parents=[common]
+    ).add_subparsers(dest="command", required=True, parser_class=CommandParser)
     _add_list(ledger, ledger_list, "ledgers")
     commands = _add_commands(ledger, "ledger_id", LEDGER_COMMANDS)
     cmd = commands["enqueue"]
     cmd.add_argument("--file", required=True)
-    cmd.add_argument("--options", help="JSON start input (concurrency, lanes, ...)")
-    cmd.add_argument("--signal", action="store_true")
+    cmd.add_argument(
+        "--options",
+        help="JSON start input (concurrency, lanes, ...), read only when this starts the ledger",
+    )
+    cmd.add_argument("--signal", action="store_true", help="signal-with-start instead")
+    cmd.add_argument("--new", action="store_true", help=NEW_HELP.format(what="ledger"))
     commands["release"].add_argument("token")
     cmd = commands["skip"]
     cmd.add_argument("operation_id")
@@ -546,6 +685,13 @@ async def execute(args: argparse.Namespace) -> Any:
             tracing.shutdown()  # send this command's spans before the process leaves
 
 
+def fail(message: str, code: int) -> int:
+    """Print `message` as the command's one-line error; returns `code`."""
+    one_line = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    print(f"durability: {with_iso_times(one_line)}", file=sys.stderr)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -554,20 +700,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         parse_inputs(args)
         result = asyncio.run(execute(args))
     except UnansweredError as error:  # a TimeoutError, so an OSError: before that clause
-        print(f"durability: {error}", file=sys.stderr)
-        return 1
+        return fail(str(error), 1)
     except (UsageError, ConfigurationError, ValueError, OSError) as error:
-        print(f"durability: {error}", file=sys.stderr)
-        return 2
+        return fail(str(error), 2)
     except RejectedError as error:
-        print(
-            f"durability: {error.update} rejected by {error.workflow_id}: {error}", file=sys.stderr
-        )
-        return 1
+        return fail(f"{error.update} rejected by {error.workflow_id}: {error}", 1)
+    except ClosedError as error:
+        return fail(error.closed + ("; --new starts a new one" if error.start_refused else ""), 1)
     except NotFoundError as error:
-        print(f"durability: {error}", file=sys.stderr)
-        return 1
-    print(json.dumps(result, indent=2, sort_keys=True) if args.json else args.show(result))
+        return fail(str(error), 1)
+    except WorkflowQueryFailedError as error:
+        return fail(f"{args.command} failed on the worker: {error}", 1)
+    except RPCError as error:  # the server refused the call itself (a bad --query, ...)
+        return fail(f"Temporal refused the call: {error.message}", 1)
+    except Exception as error:  # never a traceback: one line naming what went wrong
+        return fail(f"{type(error).__name__}: {error}", 1)
+    text = json.dumps(result, indent=2, sort_keys=True) if args.json else args.show(result, args)
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `... | head` stopped reading: not an error of the command
+        pass
     return 0
 
 
@@ -579,8 +732,9 @@ def entrypoint() -> None:
     output is already written, so it exits directly with its code.
     """
     code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BrokenPipeError):
+            stream.flush()
     os._exit(code)
 
 

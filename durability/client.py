@@ -11,12 +11,13 @@ of SPEC.md), so what it does can also be done with the `temporal` CLI or any SDK
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
 
+from pydantic import ValidationError
 from temporalio.api.errordetails.v1 import (
     MultiOperationExecutionFailure,
     WorkflowNotReadyFailure,
@@ -24,15 +25,28 @@ from temporalio.api.errordetails.v1 import (
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
+    WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.exceptions import ApplicationError, FailureError
+from temporalio.common import (
+    QueryRejectCondition,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import ApplicationError, FailureError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durability.connect import connect, task_queue
 from workflows import search_attributes
+from workflows.ledger import core as ledger_core
+from workflows.ledger.models import LedgerState, SkipInput
+from workflows.schedule import core as schedule_core
+from workflows.schedule import cron
+from workflows.schedule.cron import NextOccurrence
+from workflows.validation import format_validation_error
 
 # How many times an update Temporal aborted unapplied is sent (see `_send_update`).
 UPDATE_ATTEMPTS = 5
@@ -51,6 +65,8 @@ class ScheduleView(TypedDict):
     jitter_ms: int
     next_at: int | None
     params: dict[str, Any]
+    # Not in the query's answer: the client adds the `paused` query's.
+    paused: bool
 
 
 class RunView(TypedDict):
@@ -81,18 +97,79 @@ class EnqueueResult(TypedDict):
     duplicates: list[str]
 
 
-class RejectedError(Exception):
-    """An update was rejected by the workflow's validator; nothing was recorded."""
+# The most a message or a start input may weigh once encoded. Temporal refuses a payload over
+# 2 MB, and a worker whose workflow task completion carries one (an update is echoed in its
+# acceptance) fails that task again and again: the workflow is wedged. Every message the
+# workflows take has its own, smaller limit; these bound what they leave unbounded (a token, a
+# key, a start input's lanes), so nothing this client sends can reach the server's limit.
+MAX_MESSAGE_BYTES = 256 * 1024
+# A start input is carried into every continue-as-new beside the state (at most 448 KiB).
+MAX_START_INPUT_BYTES = 64 * 1024
 
-    def __init__(self, message: str, *, update: str, workflow_id: str) -> None:
+
+class RejectedError(Exception):
+    """A message or start input was refused, by the workflow's validator or, before anything
+    was sent, by this client with the workflow's own rules; nothing was recorded or created.
+
+    `type` is the refusal's kind, as the workflow names it (`InvalidRequest`,
+    `LedgerInputError`, `InvalidScheduleInput`, ...), when known.
+    """
+
+    def __init__(
+        self, message: str, *, update: str, workflow_id: str, type: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.update = update
         self.workflow_id = workflow_id
+        self.type = type
 
 
 class NotFoundError(Exception):
-    """No schedule or ledger workflow has that ID."""
+    """No schedule or ledger workflow has that ID; nothing was created."""
+
+    def __init__(self, workflow_id: str) -> None:
+        super().__init__(f"no such {summary_for(workflow_id)}")
+        self.workflow_id = workflow_id
+
+
+# How a closed execution's status reads in a sentence.
+CLOSED_STATUS = {
+    WorkflowExecutionStatus.COMPLETED: "completed",
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.CANCELED: "cancelled",
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed out",
+}
+
+
+class ClosedError(Exception):
+    """The schedule or ledger workflow of that ID is closed (completed, failed, cancelled,
+    terminated or timed out): it answers no message, and its last state is not live.
+
+    `status` is the closed status ("failed", ...), `reason` why, when Temporal recorded one.
+    A with-start (`set_schedule`, `enqueue`) refuses a closed ID unless called with
+    `new=True`, which starts a new workflow under it, without the old one's state.
+    """
+
+    def __init__(
+        self, workflow_id: str, status: str, reason: str | None, *, start_refused: bool = False
+    ) -> None:
+        super().__init__(workflow_id, status, reason)
+        self.workflow_id = workflow_id
+        self.status = status
+        self.reason = reason
+        # A with-start was refused: the ID is taken by the closed workflow.
+        self.start_refused = start_refused
+
+    @property
+    def closed(self) -> str:
+        """`schedule acct-42 is closed (terminated: <reason>)`."""
+        because = f": {self.reason}" if self.reason else ""
+        return f"{summary_for(self.workflow_id)} is closed ({self.status}{because})"
+
+    def __str__(self) -> str:
+        return self.closed + ("; new=True starts a new one" if self.start_refused else "")
 
 
 class UnansweredError(TimeoutError):
@@ -132,7 +209,7 @@ def set_payload(
     version: int,
     jitter_ms: int | None = None,
     jitter_max_ms: int | None = None,
-    params: Mapping[str, Any] | None = None,
+    params: Any = None,
 ) -> dict[str, Any]:
     """The wire `set` payload. `jitter_max_ms` asks the workflow to pick the jitter once."""
     if jitter_ms is not None and jitter_max_ms is not None:
@@ -143,7 +220,8 @@ def set_payload(
     if jitter_max_ms is not None:
         payload["jitter_ms"] = {"max_ms": jitter_max_ms}
     if params is not None:
-        payload["params"] = dict(params)
+        # Anything but an object is sent as it is, for the workflow's rules to refuse by name.
+        payload["params"] = dict(params) if isinstance(params, Mapping) else params
     return payload
 
 
@@ -160,6 +238,93 @@ def skip_payload(operation_id: str, reason: str | None = None) -> dict[str, Any]
     return payload
 
 
+def _now_ms() -> int:
+    return int(datetime.now(UTC).timestamp() * 1000)
+
+
+# -- the workflows' own rules, applied before anything is sent ----------------------------
+#
+# A with-start whose message or start input the workflow refuses would still create the
+# workflow, and a signal it refuses is dropped unseen: both are checked here first, with the
+# parse functions the workflows themselves run. Plain updates are left to the workflow's
+# validator, which refuses them without recording anything.
+
+
+def _start_input(
+    key: str, business_id: str, options: Any, internal: str, workflow_id: str, kind: str
+) -> dict[str, Any]:
+    """`options` as a start input: a JSON object without the workflow's `internal` field (the
+    state a continue-as-new carries)."""
+    if options is None:
+        options = {}
+    if not isinstance(options, Mapping):
+        raise RejectedError(
+            f"the start options must be a JSON object, got {options!r:.200}",
+            update="start", workflow_id=workflow_id, type=kind,
+        )  # fmt: skip
+    if internal in options:
+        raise RejectedError(
+            f"{internal} is internal: the state a run carries across continue-as-new",
+            update="start", workflow_id=workflow_id, type=kind,
+        )  # fmt: skip
+    return {key: business_id, **options}
+
+
+def _start_refused(workflow_id: str, kind: str, error: str | None, coerced: str | None) -> None:
+    """A new run fails on a start input with an `error`, or one only a lax reading accepts
+    (`coerced`: an unknown field, a value of another JSON type)."""
+    problem = error or coerced
+    if problem is not None:
+        raise RejectedError(problem, update="start", workflow_id=workflow_id, type=kind)
+
+
+def schedule_start_input(object_id: str, options: Any = None) -> dict[str, Any]:
+    """The schedule's start input for `options`; RejectedError (`InvalidScheduleInput`) naming
+    the field when a new schedule would fail on it."""
+    workflow_id = schedule_workflow_id(object_id)
+    kind = "InvalidScheduleInput"
+    start_input = _start_input("object_id", object_id, options, "carried", workflow_id, kind)
+    start = schedule_core.parse_start(lambda: start_input, workflow_id)
+    _start_refused(workflow_id, kind, start.error, start.coerced)
+    return start_input
+
+
+def ledger_start_input(ledger_id: str, options: Any = None) -> dict[str, Any]:
+    """The ledger's start input for `options`; RejectedError (`InvalidLedgerInput`) naming the
+    field when a new ledger would fail on it."""
+    workflow_id = ledger_workflow_id(ledger_id)
+    kind = "InvalidLedgerInput"
+    start_input = _start_input("ledger_id", ledger_id, options, "carried_state", workflow_id, kind)
+    start = ledger_core.read_start(lambda: start_input, workflow_id)
+    _start_refused(workflow_id, kind, start.error, start.coerced)
+    return start_input
+
+
+def _checked(workflow_id: str, message: str, check: Callable[[], object]) -> None:
+    """Run one of the workflows' parse functions; its refusal becomes a RejectedError."""
+    try:
+        check()
+    except ValueError as error:  # InvalidRequest, LedgerInputError: ValueErrors naming the field
+        raise RejectedError(
+            str(error), update=message, workflow_id=workflow_id, type=type(error).__name__
+        ) from None
+
+
+def _validated(parse: Callable[[Any], object], what: str) -> Callable[[Any], object]:
+    """A pydantic model's validation, refused as the ledger refuses it."""
+
+    def check(raw: Any) -> object:
+        try:
+            return parse(raw)
+        except ValidationError as error:
+            raise ledger_core.LedgerInputError(format_validation_error(what, error)) from None
+
+    return check
+
+
+_check_skip = _validated(SkipInput.model_validate, "skip input")
+
+
 @dataclass(frozen=True)
 class _WithStart:
     """A message to a schedule or ledger that starts the workflow if none runs: its update
@@ -172,62 +337,46 @@ class _WithStart:
     payload: Any
 
 
-def _to_schedule(
-    object_id: str, message: str, payload: Any, options: Mapping[str, Any] | None = None
-) -> _WithStart:
-    start_input = {"object_id": object_id, **(options or {})}
-    return _WithStart(
-        SCHEDULE_WORKFLOW, schedule_workflow_id(object_id), start_input, message, payload
-    )
-
-
 def _set_message(
     object_id: str,
     expression: str,
     version: int,
     jitter_ms: int | None,
     jitter_max_ms: int | None,
-    params: Mapping[str, Any] | None,
-    options: Mapping[str, Any] | None,
+    params: Any,
+    options: Any,
+    next_occurrence: NextOccurrence,
 ) -> _WithStart:
-    """What `set_schedule` and `signal_set_schedule` send (`options` is the start input)."""
+    """What `set_schedule` and `signal_set_schedule` send (`options` is the start input),
+    checked as the workflow checks it."""
+    start_input = schedule_start_input(object_id, options)
     payload = set_payload(expression, version, jitter_ms, jitter_max_ms, params)
-    return _to_schedule(object_id, "set", payload, options)
-
-
-def _enqueue_message(
-    ledger_id: str,
-    operations: Sequence[Mapping[str, Any]],
-    options: Mapping[str, Any] | None,
-) -> _WithStart:
-    """What `enqueue` and `signal_enqueue` send (`options` is the start input)."""
-    start_input = {"ledger_id": ledger_id, **(options or {})}
-    payload = {"operations": [dict(operation) for operation in operations]}
-    return _WithStart(
-        LEDGER_WORKFLOW, ledger_workflow_id(ledger_id), start_input, "enqueue", payload
+    workflow_id = schedule_workflow_id(object_id)
+    _checked(
+        workflow_id, "set", lambda: schedule_core.parse_set(payload, next_occurrence, _now_ms())
     )
+    return _WithStart(SCHEDULE_WORKFLOW, workflow_id, start_input, "set", payload)
 
 
-def _rejection_message(error: WorkflowUpdateFailedError) -> str:
+def _enqueue_message(ledger_id: str, operations: Any, options: Any) -> _WithStart:
+    """What `enqueue` and `signal_enqueue` send (`options` is the start input), checked as a
+    new ledger checks it (a running one also refuses a cycle through its own operations)."""
+    start_input = ledger_start_input(ledger_id, options)
+    if isinstance(operations, Sequence) and not isinstance(operations, str):
+        operations = [dict(op) if isinstance(op, Mapping) else op for op in operations]
+    payload = {"operations": operations}
+    workflow_id = ledger_workflow_id(ledger_id)
+    empty = LedgerState(ledger_id=ledger_id)
+    _checked(workflow_id, "enqueue", lambda: ledger_core.validate_enqueue(empty, payload))
+    return _WithStart(LEDGER_WORKFLOW, workflow_id, start_input, "enqueue", payload)
+
+
+def _rejection(error: WorkflowUpdateFailedError, update: str, workflow_id: str) -> RejectedError:
     cause: BaseException | None = error.cause
-    if isinstance(cause, ApplicationError | FailureError):
-        return cause.message
-    return str(cause or error)
-
-
-@contextmanager
-def _user_errors(workflow_id: str, message: str) -> Iterator[None]:
-    """Turn a rejected update into RejectedError and a missing workflow into NotFoundError."""
-    try:
-        yield
-    except WorkflowUpdateFailedError as error:
-        raise RejectedError(
-            _rejection_message(error), update=message, workflow_id=workflow_id
-        ) from error
-    except RPCError as error:
-        if error.status == RPCStatusCode.NOT_FOUND:
-            raise NotFoundError(f"no workflow {workflow_id!r}") from error
-        raise
+    if isinstance(cause, ApplicationError):
+        return RejectedError(cause.message, update=update, workflow_id=workflow_id, type=cause.type)
+    message = cause.message if isinstance(cause, FailureError) else str(cause or error)
+    return RejectedError(message, update=update, workflow_id=workflow_id)
 
 
 def _aborted_unapplied(error: RPCError) -> bool:
@@ -280,7 +429,12 @@ async def _answered_within(
 
 
 class DurabilityClient:
-    """Schedules and ledgers by business ID: `acct-42`, not `schedule:acct-42`."""
+    """Schedules and ledgers by business ID: `acct-42`, not `schedule:acct-42`.
+
+    Only `set_schedule` and `enqueue` (and their signal variants) create a workflow; every
+    other call on an ID with no workflow raises NotFoundError, and on a closed one
+    ClosedError. Input is checked with the workflows' own rules before it is sent.
+    """
 
     def __init__(
         self,
@@ -288,23 +442,95 @@ class DurabilityClient:
         task_queue_name: str | None = None,
         *,
         update_timeout: timedelta | None = UPDATE_TIMEOUT,
+        next_occurrence: NextOccurrence = cron.next_occurrence,
     ) -> None:
-        """`update_timeout` bounds each update call (`UnansweredError`); None waits forever."""
+        """`update_timeout` bounds each update call (`UnansweredError`); None waits forever.
+        `next_occurrence` checks a `set` expression before it is sent: a deployment whose
+        schedule reads its own expressions passes its own (the workflow's validator still
+        decides on a running schedule)."""
         self.temporal = client
         self.task_queue = task_queue_name or task_queue()
         self.update_timeout = update_timeout
+        self.next_occurrence = next_occurrence
 
     @classmethod
     async def connect(cls, task_queue_name: str | None = None) -> DurabilityClient:
         """Connect with Temporal's environment configuration and the product's converter."""
         return cls(await connect(), task_queue_name)
 
-    # -- schedule ---------------------------------------------------------------
+    # -- what every call shares --------------------------------------------------------
 
-    def schedule_handle(self, object_id: str) -> WorkflowHandle[Any, Any]:
-        return self.temporal.get_workflow_handle(schedule_workflow_id(object_id))
+    async def _check_size(self, workflow_id: str, message: str, value: Any, limit: int) -> None:
+        """Refuse `value` when, encoded as it is sent, it weighs more than `limit` bytes."""
+        what = "start input" if message == "start" else f"{message} payload"
+        try:
+            [payload] = await self.temporal.data_converter.encode([value])
+        except Exception as error:  # the converter raises whatever its encoder raises
+            raise RejectedError(
+                f"the {what} cannot be sent as JSON: {error}",
+                update=message, workflow_id=workflow_id,
+            ) from None  # fmt: skip
+        size = payload.ByteSize()
+        if size > limit:
+            raise RejectedError(
+                f"the {what} is {size} bytes encoded, more than the limit of {limit}",
+                update=message, workflow_id=workflow_id, type="PayloadTooLarge",
+            )  # fmt: skip
 
-    async def _update_with_start(self, sent: _WithStart, result_type: type | None = None) -> Any:
+    async def _check_with_start(self, sent: _WithStart) -> None:
+        await self._check_size(sent.workflow_id, "start", sent.start_input, MAX_START_INPUT_BYTES)
+        await self._check_size(sent.workflow_id, sent.message, sent.payload, MAX_MESSAGE_BYTES)
+
+    async def _closed_or_missing(self, workflow_id: str) -> Exception | None:
+        """NotFoundError or ClosedError for `workflow_id`, or None when it runs."""
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        try:
+            description = await handle.describe()
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                return NotFoundError(workflow_id)
+            raise
+        status = CLOSED_STATUS.get(description.status) if description.status else None
+        if status is None:  # running, or continued as new: the next run runs
+            return None
+        return ClosedError(workflow_id, status, await self._close_reason(handle))
+
+    async def _close_reason(self, handle: WorkflowHandle[Any, Any]) -> str | None:
+        """Why the closed workflow of `handle` closed, as its history records it."""
+        try:
+            await asyncio.wait_for(handle.result(follow_runs=False), timeout=5)
+        except WorkflowFailureError as error:
+            cause = error.cause
+            return cause.message if isinstance(cause, FailureError) else str(cause)
+        except Exception:  # the reason is a courtesy: the status is the answer
+            return None
+        return "stopped" if handle.id.startswith("ledger:") else None
+
+    async def _answer(
+        self, workflow_id: str, message: str, call: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        """`call()`, its refusal as RejectedError, a missing or closed workflow as
+        NotFoundError or ClosedError."""
+        try:
+            return await call()
+        except WorkflowUpdateFailedError as error:
+            raise _rejection(error, message, workflow_id) from error
+        except RPCError as error:
+            if error.status != RPCStatusCode.NOT_FOUND:
+                raise
+            why = await self._closed_or_missing(workflow_id)
+            if why is None:
+                raise
+            raise why from error
+
+    async def _update_with_start(
+        self, sent: _WithStart, result_type: type | None = None, *, new: bool = False
+    ) -> Any:
+        """Update-with-start: starts the workflow when none runs. A closed ID is refused
+        (ClosedError) unless `new`; a workflow that closes in answering raises ClosedError."""
+        await self._check_with_start(sent)
+        operations: list[WithStartWorkflowOperation[Any, Any]] = []
+
         async def send() -> Any:
             operation: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
                 sent.workflow_type,
@@ -312,8 +538,10 @@ class DurabilityClient:
                 id=sent.workflow_id,
                 task_queue=self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=_reuse_policy(new),
                 static_summary=summary_for(sent.workflow_id),
             )  # one per request: the SDK refuses to send an operation twice
+            operations.append(operation)
             try:
                 return await self.temporal.execute_update_with_start_workflow(
                     sent.message,
@@ -321,43 +549,97 @@ class DurabilityClient:
                     start_workflow_operation=operation,
                     result_type=result_type,
                 )
-            except RPCError:
+            except (RPCError, WorkflowAlreadyStartedError):
                 # The operation's start future holds the same error: read it, so that asyncio
                 # does not log it as never retrieved once the call is sent again.
                 with suppress(Exception):
                     await asyncio.wait_for(operation.workflow_handle(), timeout=1)
                 raise
 
-        with _user_errors(sent.workflow_id, sent.message):
-            return await _answered_within(self.update_timeout, sent.workflow_id, sent.message, send)
+        try:
+            result = await self._answer(
+                sent.workflow_id,
+                sent.message,
+                lambda: _answered_within(self.update_timeout, sent.workflow_id, sent.message, send),
+            )
+        except WorkflowAlreadyStartedError as error:
+            raise await self._refused_start(sent.workflow_id) from error
+        await self._still_open(await operations[-1].workflow_handle())
+        return result
 
-    async def _signal_with_start(self, sent: _WithStart) -> None:
-        """Fire and forget: bad input is logged and dropped by the workflow."""
-        await self.temporal.start_workflow(
-            sent.workflow_type,
-            sent.start_input,
-            id=sent.workflow_id,
-            task_queue=self.task_queue,
-            start_signal=sent.message,
-            static_summary=summary_for(sent.workflow_id),
-            start_signal_args=[sent.payload],
-        )
+    async def _refused_start(self, workflow_id: str) -> Exception:
+        why = await self._closed_or_missing(workflow_id)
+        if isinstance(why, ClosedError):
+            why.start_refused = True
+        return why or ClosedError(workflow_id, "closed", None, start_refused=True)
+
+    async def _still_open(self, handle: WorkflowHandle[Any, Any]) -> None:
+        """ClosedError when the run that answered closed (e.g. failed on its start input)."""
+        description = await handle.describe()
+        status = CLOSED_STATUS.get(description.status) if description.status else None
+        if status is not None:
+            raise ClosedError(handle.id, status, await self._close_reason(handle))
+
+    async def _signal_with_start(self, sent: _WithStart, *, new: bool = False) -> None:
+        """Fire and forget, after the checks the workflow would drop the signal for."""
+        await self._check_with_start(sent)
+        try:
+            await self.temporal.start_workflow(
+                sent.workflow_type,
+                sent.start_input,
+                id=sent.workflow_id,
+                task_queue=self.task_queue,
+                start_signal=sent.message,
+                static_summary=summary_for(sent.workflow_id),
+                start_signal_args=[sent.payload],
+                id_reuse_policy=_reuse_policy(new),
+            )
+        except WorkflowAlreadyStartedError as error:
+            raise await self._refused_start(sent.workflow_id) from error
 
     async def _update(
         self, workflow_id: str, update: str, payload: Any, result_type: type | None = None
     ) -> Any:
+        await self._check_size(workflow_id, update, payload, MAX_MESSAGE_BYTES)
         handle = self.temporal.get_workflow_handle(workflow_id)
-        with _user_errors(workflow_id, update):
-            return await _answered_within(
+        return await self._answer(
+            workflow_id,
+            update,
+            lambda: _answered_within(
                 self.update_timeout,
                 workflow_id,
                 update,
                 lambda: handle.execute_update(update, payload, result_type=result_type),
-            )
+            ),
+        )
+
+    async def _signal(self, workflow_id: str, signal: str, payload: Any) -> None:
+        await self._check_size(workflow_id, signal, payload, MAX_MESSAGE_BYTES)
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        await self._answer(workflow_id, signal, lambda: handle.signal(signal, payload))
 
     async def _query(self, workflow_id: str, query: str, *args: Any) -> Any:
-        with _user_errors(workflow_id, query):
-            return await self.temporal.get_workflow_handle(workflow_id).query(query, *args)
+        """A query of the running workflow: a closed one's last state is not an answer. A
+        query the worker fails (a payload it cannot decode) raises WorkflowQueryFailedError."""
+        for arg in args:
+            await self._check_size(workflow_id, query, arg, MAX_MESSAGE_BYTES)
+        handle = self.temporal.get_workflow_handle(workflow_id)
+
+        async def ask() -> Any:
+            return await handle.query(query, *args, reject_condition=QueryRejectCondition.NOT_OPEN)
+
+        try:
+            return await self._answer(workflow_id, query, ask)
+        except WorkflowQueryRejectedError as error:
+            status = CLOSED_STATUS.get(error.status) if error.status else None
+            raise ClosedError(
+                workflow_id, status or "closed", await self._close_reason(handle)
+            ) from error
+
+    # -- schedule ----------------------------------------------------------------------
+
+    def schedule_handle(self, object_id: str) -> WorkflowHandle[Any, Any]:
+        return self.temporal.get_workflow_handle(schedule_workflow_id(object_id))
 
     async def set_schedule(
         self,
@@ -369,12 +651,16 @@ class DurabilityClient:
         jitter_max_ms: int | None = None,
         params: Mapping[str, Any] | None = None,
         options: Mapping[str, Any] | None = None,
+        new: bool = False,
     ) -> bool:
-        """Set (update-with-start); returns `applied`. `options` is the start input."""
+        """Set (update-with-start); returns `applied`. `options` is the start input, read
+        only when this call starts the schedule. `new` starts a new schedule under a closed
+        ID (without its versions and dead letters); without it a closed ID is refused."""
         sent = _set_message(
-            object_id, expression, version, jitter_ms, jitter_max_ms, params, options
-        )
-        return bool(await self._update_with_start(sent, bool))
+            object_id, expression, version, jitter_ms, jitter_max_ms, params, options,
+            self.next_occurrence,
+        )  # fmt: skip
+        return bool(await self._update_with_start(sent, bool, new=new))
 
     async def signal_set_schedule(
         self,
@@ -386,27 +672,38 @@ class DurabilityClient:
         jitter_max_ms: int | None = None,
         params: Mapping[str, Any] | None = None,
         options: Mapping[str, Any] | None = None,
+        new: bool = False,
     ) -> None:
-        """Set by signal-with-start: fire and forget (bad input is logged and dropped)."""
+        """Set by signal-with-start: fire and forget, once checked as the workflow checks it
+        (a signal it refuses would be dropped unseen)."""
         sent = _set_message(
-            object_id, expression, version, jitter_ms, jitter_max_ms, params, options
-        )
-        await self._signal_with_start(sent)
+            object_id, expression, version, jitter_ms, jitter_max_ms, params, options,
+            self.next_occurrence,
+        )  # fmt: skip
+        await self._signal_with_start(sent, new=new)
 
     async def cancel_schedule(self, object_id: str, version: int | None = None) -> bool:
-        """Cancel (update-with-start, so a tombstone can precede the first set)."""
-        sent = _to_schedule(object_id, "cancel", _cancel_payload(version))
-        return bool(await self._update_with_start(sent, bool))
+        """Cancel future ticks; returns whether a schedule was live. Creates nothing: an ID
+        with no schedule raises NotFoundError."""
+        workflow_id = schedule_workflow_id(object_id)
+        payload = _cancel_payload(version)
+        _checked(workflow_id, "cancel", lambda: schedule_core.parse_cancel(payload))
+        return bool(await self._update(workflow_id, "cancel", payload, bool))
 
     async def signal_cancel_schedule(self, object_id: str, version: int | None = None) -> None:
-        await self.schedule_handle(object_id).signal("cancel", _cancel_payload(version))
+        workflow_id = schedule_workflow_id(object_id)
+        payload = _cancel_payload(version)
+        _checked(workflow_id, "cancel", lambda: schedule_core.parse_cancel(payload))
+        await self._signal(workflow_id, "cancel", payload)
 
     async def pause_schedule(self, object_id: str) -> bool:
-        """Stop ticks until unpaused; returns whether it was running. Versions are untouched."""
+        """Stop ticks until unpaused; returns whether it was running (False: already
+        paused). Versions are untouched."""
         return bool(await self._update(schedule_workflow_id(object_id), "pause", {}, bool))
 
     async def unpause_schedule(self, object_id: str) -> bool:
-        """Tick again from now (ticks missed while paused are skipped)."""
+        """Tick again from now (ticks missed while paused are skipped); returns whether it
+        was paused."""
         return bool(await self._update(schedule_workflow_id(object_id), "unpause", {}, bool))
 
     async def trigger_schedule(self, object_id: str) -> int:
@@ -445,8 +742,25 @@ class DurabilityClient:
         return times
 
     async def get_schedule(self, object_id: str) -> ScheduleView | None:
-        result: ScheduleView | None = await self._query(schedule_workflow_id(object_id), "get")
-        return result
+        """The live schedule with whether it is `paused`, or None (none set, or cancelled)."""
+        workflow_id = schedule_workflow_id(object_id)
+        view: dict[str, Any] | None = await self._query(workflow_id, "get")
+        if view is None:
+            return None
+        paused = bool(await self._query(workflow_id, "paused"))
+        return ScheduleView(**{**view, "paused": paused})  # type: ignore[typeddict-item]
+
+    async def stored_version(self, object_id: str) -> int | None:
+        """The version stored for `object_id`, a cancel tombstone's included, as the schedule
+        publishes it (`DurabilityScheduleVersion`); None while none was ever set. With
+        `get_schedule` returning None it tells a cancelled schedule from one never set."""
+        workflow_id = schedule_workflow_id(object_id)
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        description = await self._answer(workflow_id, "describe", handle.describe)
+        version: int | None = description.typed_search_attributes.get(
+            search_attributes.SCHEDULE_VERSION
+        )
+        return version
 
     async def list_runs(self, object_id: str) -> list[RunView]:
         result: list[RunView] = await self._query(schedule_workflow_id(object_id), "runs")
@@ -481,7 +795,7 @@ class DurabilityClient:
             )
         return found
 
-    # -- ledger -----------------------------------------------------------------
+    # -- ledger ------------------------------------------------------------------------
 
     async def list_ledgers(self, query: str | None = None, limit: int = 100) -> list[Listed]:
         """Ledgers found by visibility: running ones, or those matching `query`."""
@@ -496,10 +810,13 @@ class DurabilityClient:
         operations: Sequence[Mapping[str, Any]],
         *,
         options: Mapping[str, Any] | None = None,
+        new: bool = False,
     ) -> EnqueueResult:
-        """Enqueue (update-with-start); returns accepted and duplicate IDs once recorded."""
+        """Enqueue (update-with-start); returns accepted and duplicate IDs once recorded.
+        `options` is the start input, read only when this call starts the ledger. `new`
+        starts a new ledger under a closed (stopped) ID; without it a closed ID is refused."""
         result: EnqueueResult = await self._update_with_start(
-            _enqueue_message(ledger_id, operations, options)
+            _enqueue_message(ledger_id, operations, options), new=new
         )
         return result
 
@@ -509,25 +826,39 @@ class DurabilityClient:
         operations: Sequence[Mapping[str, Any]],
         *,
         options: Mapping[str, Any] | None = None,
+        new: bool = False,
     ) -> None:
-        await self._signal_with_start(_enqueue_message(ledger_id, operations, options))
+        """Enqueue by signal-with-start: fire and forget, once checked as a new ledger checks
+        it (a signal it refuses would be dropped unseen)."""
+        await self._signal_with_start(_enqueue_message(ledger_id, operations, options), new=new)
 
     async def hold(self, ledger_id: str) -> str:
         """Stop new launches until the returned token is released."""
         token: str = await self._update(ledger_workflow_id(ledger_id), "hold", {}, str)
         return token
 
-    async def release(self, ledger_id: str, token: str) -> None:
-        await self._update(ledger_workflow_id(ledger_id), "release", {"token": token})
+    async def release(self, ledger_id: str, token: str) -> bool:
+        """Release a held token; returns True (a token not held is refused)."""
+        workflow_id = ledger_workflow_id(ledger_id)
+        payload = {"token": token}
+        _checked(workflow_id, "release", lambda: ledger_core.parse_release(payload))
+        return bool(await self._update(workflow_id, "release", payload))
 
     async def signal_release(self, ledger_id: str, token: str) -> None:
-        await self.ledger_handle(ledger_id).signal("release", {"token": token})
+        workflow_id = ledger_workflow_id(ledger_id)
+        payload = {"token": token}
+        _checked(workflow_id, "release", lambda: ledger_core.parse_release(payload))
+        await self._signal(workflow_id, "release", payload)
 
-    async def resume(self, ledger_id: str) -> None:
-        await self._update(ledger_workflow_id(ledger_id), "resume", {})
+    async def resume(self, ledger_id: str) -> list[str]:
+        """Retry unresolved and blocked requests; returns the IDs of the operations resumed."""
+        result: dict[str, list[str]] = await self._update(
+            ledger_workflow_id(ledger_id), "resume", {}
+        )
+        return list(result.get("resumed", []))
 
     async def signal_resume(self, ledger_id: str) -> None:
-        await self.ledger_handle(ledger_id).signal("resume", {})
+        await self._signal(ledger_workflow_id(ledger_id), "resume", {})
 
     async def skip(self, ledger_id: str, operation_id: str, reason: str | None = None) -> bool:
         """Resolve a stuck (pending or blocked, not in flight) operation as `skipped`.
@@ -535,18 +866,22 @@ class DurabilityClient:
         Its dependents then proceed. Rejected for an unknown, resolved or in-flight
         operation; `reason` (default "skipped" on the workflow side) becomes its error.
         """
-        skipped = await self._update(
-            ledger_workflow_id(ledger_id), "skip", skip_payload(operation_id, reason), bool
-        )
-        return bool(skipped)
+        workflow_id = ledger_workflow_id(ledger_id)
+        payload = skip_payload(operation_id, reason)
+        _checked(workflow_id, "skip", lambda: _check_skip(payload))
+        return bool(await self._update(workflow_id, "skip", payload, bool))
 
     async def signal_skip(
         self, ledger_id: str, operation_id: str, reason: str | None = None
     ) -> None:
-        await self.ledger_handle(ledger_id).signal("skip", skip_payload(operation_id, reason))
+        workflow_id = ledger_workflow_id(ledger_id)
+        payload = skip_payload(operation_id, reason)
+        _checked(workflow_id, "skip", lambda: _check_skip(payload))
+        await self._signal(workflow_id, "skip", payload)
 
     async def stop(self, ledger_id: str) -> dict[str, Any]:
-        """Stop dispatching, cancel in-flight requests; returns the final snapshot."""
+        """Stop dispatching, cancel in-flight requests; returns the final snapshot. The
+        ledger then completes: its ID takes a new ledger only with `enqueue(..., new=True)`."""
         snapshot: dict[str, Any] = await self._update(ledger_workflow_id(ledger_id), "stop", {})
         return snapshot
 
@@ -560,15 +895,22 @@ class DurabilityClient:
     ) -> dict[str, Any]:
         """One page of operations (oldest first) with counts per phase; pass the page's
         `next_after` as `after` for the next one. Filters: `phase`, `limit` (1..300)."""
+        workflow_id = ledger_workflow_id(ledger_id)
         page = {
             key: value
             for key, value in (("phase", phase), ("after", after), ("limit", limit))
             if value is not None
         }
+        _checked(workflow_id, "snapshot", lambda: ledger_core.parse_snapshot_query(page))
         args = (page,) if page else ()
-        result: dict[str, Any] = await self._query(ledger_workflow_id(ledger_id), "snapshot", *args)
+        result: dict[str, Any] = await self._query(workflow_id, "snapshot", *args)
         return result
 
     async def claims(self, ledger_id: str) -> dict[str, str]:
         result: dict[str, str] = await self._query(ledger_workflow_id(ledger_id), "claims")
         return result
+
+
+def _reuse_policy(new: bool) -> WorkflowIDReusePolicy:
+    """A with-start never silently replaces a closed workflow: `new` asks for it."""
+    return WorkflowIDReusePolicy.ALLOW_DUPLICATE if new else WorkflowIDReusePolicy.REJECT_DUPLICATE

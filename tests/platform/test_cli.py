@@ -97,6 +97,7 @@ async def test_schedule_commands_set_get_runs_cancel(
             "jitter_ms": 0,
             "next_at": view["next_at"],
             "params": {"plan": "pro"},
+            "paused": False,
         }
         assert isinstance(view["next_at"], int) and view["next_at"] % 1000 == 0
         shown = await durability_cli(dev_server_address, *cli, "schedule", "get", object_id)
@@ -107,6 +108,7 @@ async def test_schedule_commands_set_get_runs_cancel(
             "jitter_ms": "0",
             "next_at": rows["next_at"],
             "params": '{"plan": "pro"}',
+            "paused": "no",
         }, shown.stdout
         assert re.fullmatch(ISO_UTC, rows["next_at"]), shown.stdout
 
@@ -139,7 +141,7 @@ async def test_schedule_commands_set_get_runs_cancel(
         )
         assert json.loads(again.stdout) == {"live": False}
         after = await durability_cli(dev_server_address, *cli, "schedule", "get", object_id)
-        assert after.stdout.strip() == "no schedule (none set, or cancelled)"
+        assert after.stdout.strip() == "no live schedule: version 3 is cancelled"
         gate.set()
         schedule = client.get_workflow_handle(f"schedule:{object_id}")
 
@@ -227,9 +229,11 @@ async def test_schedule_set_rejection_exits_one_and_names_the_field(
         assert result.returncode == 1
         assert "set rejected" in result.stderr and "expression" in result.stderr
         assert "not a cron" in result.stderr
-        get = await durability_cli(dev_server_address, "--json", "schedule", "get", object_id)
-        assert json.loads(get.stdout) is None  # nothing was recorded
-        await client.get_workflow_handle(f"schedule:{object_id}").terminate("test done")
+        get = await durability_cli(
+            dev_server_address, "--json", "schedule", "get", object_id, check=False
+        )
+        # Nothing was created: refused before anything was sent.
+        assert get.returncode == 1 and f"no such schedule {object_id}" in get.stderr
 
 
 async def test_bad_input_exits_two_before_contacting_the_server(dev_server_address: str) -> None:
@@ -248,7 +252,7 @@ async def test_unknown_schedule_exits_one(dev_server_address: str, unique: str) 
     result = await durability_cli(
         dev_server_address, "schedule", "get", f"nobody-{unique}", check=False
     )
-    assert result.returncode == 1 and "no workflow 'schedule:nobody-" in result.stderr
+    assert result.returncode == 1 and f"no such schedule nobody-{unique}" in result.stderr
 
 
 async def test_ledger_commands_enqueue_snapshot_claims_hold_release_resume_stop(
@@ -348,7 +352,7 @@ async def test_ledger_commands_enqueue_snapshot_claims_hold_release_resume_stop(
         blocked = await eventually(lambda: flaky_in("blocked"), timeout=30)
         assert blocked["blockers"] == ["layer 7 is not there yet"]
         resumed = await durability_cli(dev_server_address, "--json", "ledger", "resume", ledger_id)
-        assert json.loads(resumed.stdout) == {"resumed": True}
+        assert json.loads(resumed.stdout) == {"resumed": ["flaky"]}
         done = await eventually(lambda: flaky_in("resolved"), timeout=30)
         assert (done["outcome"], done["blockers"]) == ("applied", [])
         assert compiled.count("flaky") == 2
@@ -458,7 +462,7 @@ async def test_ledger_skip_bad_input_exits_two_and_unknown_ledger_exits_one(
     missing = await durability_cli(
         dev_server_address, "ledger", "skip", f"nobody-{unique}", "op-1", check=False
     )
-    assert missing.returncode == 1 and f"no workflow 'ledger:nobody-{unique}'" in missing.stderr
+    assert missing.returncode == 1 and f"no such ledger nobody-{unique}" in missing.stderr
 
 
 async def test_signal_variants_set_cancel_and_enqueue_by_signal_with_start(
