@@ -264,10 +264,12 @@ def show_snapshot(result: Any) -> str:
         operations = list(operations.values())
     rows = [
         (op.get("id") or op.get("intent", {}).get("id"), op.get("phase"),
-         ",".join(op.get("blockers") or []) or None, op.get("request_id"), op.get("outcome"))
+         ",".join(op.get("blockers") or []) or None,
+         ",".join(op.get("waiting_for") or []) or None, op.get("request_id"), op.get("outcome"))
         for op in operations
     ]  # fmt: skip
-    parts = [table(("operation", "phase", "blockers", "request", "outcome"), rows)]
+    columns = ("operation", "phase", "blockers", "waiting_for", "request", "outcome")
+    parts = [table(columns, rows)]
     counts = (result.get("counts") or {}).get("operations")
     if counts:
         summary = ", ".join(f"{phase} {count}" for phase, count in counts.items())

@@ -79,6 +79,7 @@ class EnqueueResult(TypedDict):
 
     accepted: list[str]
     duplicates: list[str]
+    conflicts: list[str]
 
 
 class RejectedError(Exception):
@@ -497,7 +498,8 @@ class DurabilityClient:
         *,
         options: Mapping[str, Any] | None = None,
     ) -> EnqueueResult:
-        """Enqueue (update-with-start); returns accepted and duplicate IDs once recorded."""
+        """Enqueue (update-with-start); returns accepted, duplicate and conflicting IDs once
+        recorded."""
         result: EnqueueResult = await self._update_with_start(
             _enqueue_message(ledger_id, operations, options)
         )

@@ -109,7 +109,7 @@ NEXT = (op("B", "c1", "A"), op("C", "c2"))
 
 async def enqueue_update(case: Case) -> None:
     result = await enqueue(case.handle, *NEXT)
-    assert result == {"accepted": ["B", "C"], "duplicates": []}
+    assert result == {"accepted": ["B", "C"], "duplicates": [], "conflicts": []}
 
 
 async def enqueue_signal(case: Case) -> None:
