@@ -270,25 +270,17 @@ def canonical_intent(intent: OperationIntent) -> str:
     return json.dumps(intent.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
 
-def compacted_intent(intent: OperationIntent) -> OperationIntent:
-    """What a resolved operation keeps of its intent (see `compact`): ID and type only."""
-    if intent.payload is not None or intent.participants or intent.dependencies:
-        return OperationIntent(id=intent.id, operation_type=intent.operation_type)
-    return intent
-
-
 def intent_conflicts(state: LedgerState, intent: OperationIntent) -> bool:
     """A known ID sent with an intent other than the one recorded for it, compared as
-    `canonical_intent`. A resolved operation keeps only part of its intent, so both sides are
-    compared as `compacted_intent` (another `operation_type` is a conflict, another payload is
-    not seen). An ID remembered only (`forgotten`) keeps no intent: never a conflict."""
+    `canonical_intent`. A resolved operation keeps only its ID and type for sure (`compact`
+    drops the rest, now or later), so only another `operation_type` is a conflict. An ID
+    remembered only (`forgotten`) keeps no intent: never a conflict."""
     record = state.operations.get(intent.id)
     if record is None:
         return False
-    recorded = record.intent
     if record.phase == "resolved":
-        recorded, intent = compacted_intent(recorded), compacted_intent(intent)
-    return canonical_intent(intent) != canonical_intent(recorded)
+        return intent.operation_type != record.intent.operation_type
+    return canonical_intent(intent) != canonical_intent(record.intent)
 
 
 def count_signal_conflicts(state: LedgerState, conflicts: list[str]) -> int:
@@ -1040,7 +1032,9 @@ def compact(state: LedgerState, config: LedgerConfig) -> list[str]:
     retention = config.retention
     resolved = [r for r in state.operations.values() if r.phase == "resolved"]
     for record in resolved:
-        record.intent = compacted_intent(record.intent)
+        intent = record.intent
+        if intent.payload is not None or intent.participants or intent.dependencies:
+            record.intent = OperationIntent(id=intent.id, operation_type=intent.operation_type)
     for request in state.requests.values():
         if request.phase == "resolved" and request.body:
             request.body = {}
