@@ -126,7 +126,7 @@ class EnqueueResult(BaseModel):
 
     accepted: list[str]
     duplicates: list[str]
-    conflicts: list[str] = Field(default_factory=list)
+    conflicts: list[str]
 
 
 class ReleaseInput(BaseModel):
