@@ -133,7 +133,8 @@ async def enqueue_conflict_signal(case: Case) -> None:
     case.signal_conflicts = 1
 
     async def counted() -> bool:
-        return (await case.handle.query("snapshot"))["signal_conflicts"] == 1
+        snap: dict[str, Any] = await case.handle.query("snapshot")
+        return bool(snap["signal_conflicts"] == 1)
 
     await eventually(counted, timeout=30)
 
