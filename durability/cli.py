@@ -382,12 +382,14 @@ def show_snapshot(result: Any, args: argparse.Namespace) -> str:
         operations = list(operations.values())
     rows = [
         (op.get("id") or op.get("intent", {}).get("id"), op.get("phase"),
-         ",".join(op.get("blockers") or []) or None, op.get("request_id"), op.get("outcome"))
+         ",".join(op.get("blockers") or []) or None,
+         ",".join(op.get("waiting_for") or []) or None, op.get("request_id"), op.get("outcome"))
         for op in operations
     ]  # fmt: skip
     phase = getattr(args, "phase", None)
+    columns = ("operation", "phase", "blockers", "waiting_for", "request", "outcome")
     if rows:
-        parts = [table(("operation", "phase", "blockers", "request", "outcome"), rows)]
+        parts = [table(columns, rows)]
     else:
         parts = [f"no operation in phase {phase}" if phase else "no operation"]
     counts = (result.get("counts") or {}).get("operations")

@@ -95,6 +95,7 @@ class EnqueueResult(TypedDict):
 
     accepted: list[str]
     duplicates: list[str]
+    conflicts: list[str]
 
 
 # The most a message or a start input may weigh once encoded. Temporal refuses a payload over
@@ -812,9 +813,10 @@ class DurabilityClient:
         options: Mapping[str, Any] | None = None,
         new: bool = False,
     ) -> EnqueueResult:
-        """Enqueue (update-with-start); returns accepted and duplicate IDs once recorded.
-        `options` is the start input, read only when this call starts the ledger. `new`
-        starts a new ledger under a closed (stopped) ID; without it a closed ID is refused."""
+        """Enqueue (update-with-start); returns accepted, duplicate and conflicting IDs once
+        recorded. `options` is the start input, read only when this call starts the ledger.
+        `new` starts a new ledger under a closed (stopped) ID; without it a closed ID is
+        refused."""
         result: EnqueueResult = await self._update_with_start(
             _enqueue_message(ledger_id, operations, options), new=new
         )

@@ -42,6 +42,8 @@ class Case:
     token: str | None = None
     stopped: bool = False
     checks: list[str] = field(default_factory=list)
+    # What the snapshot's `signal_conflicts` must say once the messages are replayed.
+    signal_conflicts: int = 0
 
 
 async def phases(handle: WorkflowHandle[Any, Any]) -> dict[str, str]:
@@ -109,12 +111,32 @@ NEXT = (op("B", "c1", "A"), op("C", "c2"))
 
 async def enqueue_update(case: Case) -> None:
     result = await enqueue(case.handle, *NEXT)
-    assert result == {"accepted": ["B", "C"], "duplicates": []}
+    assert result == {"accepted": ["B", "C"], "duplicates": [], "conflicts": []}
 
 
 async def enqueue_signal(case: Case) -> None:
     await case.handle.signal("enqueue", {"operations": list(NEXT)})
     await until_phase(case.handle, "C", "pending", "dispatched", "resolved")
+
+
+# D is known (blocked, no participants): sent with a canvas, it is a conflict.
+CONFLICTING = (op("D", "c9"), *NEXT)
+
+
+async def enqueue_conflict_update(case: Case) -> None:
+    result = await enqueue(case.handle, *CONFLICTING)
+    assert result == {"accepted": ["B", "C"], "duplicates": [], "conflicts": ["D"]}
+
+
+async def enqueue_conflict_signal(case: Case) -> None:
+    await case.handle.signal("enqueue", {"operations": list(CONFLICTING)})
+    case.signal_conflicts = 1
+
+    async def counted() -> bool:
+        snap: dict[str, Any] = await case.handle.query("snapshot")
+        return bool(snap["signal_conflicts"] == 1)
+
+    await eventually(counted, timeout=30)
 
 
 async def hold(case: Case) -> None:
@@ -157,6 +179,8 @@ async def stop(case: Case) -> None:
 MESSAGES: dict[str, Callable[[Case], Awaitable[None]]] = {
     "enqueue_update": enqueue_update,
     "enqueue_signal": enqueue_signal,
+    "enqueue_conflict_update": enqueue_conflict_update,
+    "enqueue_conflict_signal": enqueue_conflict_signal,
     "hold": hold,
     "release": release,
     "resume_update": resume_update,
@@ -174,6 +198,9 @@ async def progress(case: Case) -> None:
         await handle.execute_update("release", {"token": case.token})
     await enqueue(handle, op("E", "c3"), op("F", "c4", "E"))
     await until_phase(handle, "F", "resolved")
+    snap = await handle.query("snapshot")
+    assert snap["signal_conflicts"] == case.signal_conflicts
+    assert {o["id"]: o["waiting_for"] for o in snap["operations"]}.get("D") == []
     current = await phases(handle)
     if current.get("A") == "resolved" and "B" in current:
         await until_phase(handle, "B", "resolved")

@@ -183,15 +183,13 @@ def test_cycle_through_an_already_known_operation_is_rejected() -> None:
         core.validate_enqueue(state, {"operations": [intent("b", ["c"], ["a"])]})
 
 
-def test_duplicates_change_nothing_and_sequence_follows_arrival() -> None:
-    state = fresh(intent("a", ["c1"]))
-    result = core.enqueue(
-        state,
-        core.validate_enqueue(state, {"operations": [intent("b", ["c2"]), intent("a", ["zz"])]}),
-    )
-    assert (result.accepted, result.duplicates) == (["b"], ["a"])
+def test_known_ids_change_nothing_and_sequence_follows_arrival() -> None:
+    state = fresh(intent("a", ["c1"]), intent("d", ["c4"]))
+    batch = [intent("b", ["c2"]), intent("a", ["zz"]), intent("d", ["c4"])]
+    result = core.enqueue(state, core.validate_enqueue(state, {"operations": batch}))
+    assert (result.accepted, result.duplicates, result.conflicts) == (["b"], ["d"], ["a"])
     assert state.operations["a"].intent.participants == ["c1"]
-    assert [r.sequence for r in state.operations.values()] == [1, 2]
+    assert [r.sequence for r in state.operations.values()] == [1, 2, 3]
 
 
 def test_stopped_ledger_refuses_enqueue() -> None:
@@ -671,9 +669,19 @@ class Driver:
         for request_id, body in self.bodies.items():
             assert state.requests[request_id].body == body
             assert body["idempotency_key"] == request_id == body["id"]
+        resolved = {i for i, r in state.operations.items() if r.phase == "resolved"}
+        resolved |= set(state.forgotten)
         for record in state.operations.values():
             if record.phase == "blocked":
                 assert record.blockers and all(record.blockers)
+            waiting = core.waiting_for(state, record)
+            if record.phase in ("pending", "blocked"):
+                assert waiting == sorted(set(record.intent.dependencies) - resolved), record
+            else:
+                assert waiting == [], record
+            if record.phase == "pending" and not record.blockers:
+                unready = record.intent.id in state.compiling or waiting
+                assert core.is_ready(state, record) == (not unready), record
 
 
 def stuck_on_blocked(state: LedgerState, op_id: str, seen: set[str] | None = None) -> bool:

@@ -117,16 +117,16 @@ async def test_enqueue_by_update_with_start_records_and_reports_duplicates(
             start_workflow_operation=start,
             result_type=dict,
         )
-        assert first == {"accepted": ["a", "b"], "duplicates": []}
+        assert first == {"accepted": ["a", "b"], "duplicates": [], "conflicts": []}
         handle = client.get_workflow_handle(f"ledger:{unique}")
         second = await enqueue(handle, intent("b", ["c9"]), intent("c", ["c2"]))
-        assert second == {"accepted": ["c"], "duplicates": ["b"]}
+        assert second == {"accepted": ["c"], "duplicates": [], "conflicts": ["b"]}
         snap = await settled(handle)
         ops = operations(snap)
         assert [o["id"] for o in snap["operations"]] == ["a", "b", "c"]
         assert [o["sequence"] for o in snap["operations"]] == [1, 2, 3]
         assert {o["outcome"] for o in ops.values()} == {"applied"}
-        # The duplicate changed nothing: b still has its first participants.
+        # The conflict changed nothing: b still has its first participants.
         request_b = requests(snap)[ops["b"]["request_id"]]
         assert request_b["canvas_ids"] == ["c1"]
         assert snap["claims"] == {}
@@ -521,7 +521,7 @@ async def test_bad_enqueue_is_rejected_naming_the_field_and_bad_signals_are_drop
         ok = await handle.execute_update(
             "enqueue", {"operations": [intent("fine", ["c2"])]}, result_type=dict
         )
-        assert ok == {"accepted": ["fine"], "duplicates": []}
+        assert ok == {"accepted": ["fine"], "duplicates": [], "conflicts": []}
         snap = await snapshot(handle)
         assert [o["id"] for o in snap["operations"]] == ["known", "fine"]
         assert snap["dropped_signals"] == 2
@@ -702,7 +702,7 @@ async def test_resolved_operations_leave_the_carried_state_but_their_ids_are_hon
             intent("op0", ["c0"]),
             intent("after", ["c9"], ["op4"]),
         )
-        assert result == {"accepted": ["op0", "after"], "duplicates": ["op3"]}
+        assert result == {"accepted": ["op0", "after"], "duplicates": ["op3"], "conflicts": []}
         snap = await eventually(lambda: _compacted(handle, resolved=2, remembered=4), timeout=30)
     assert [o["id"] for o in snap["operations"]] == ["op0", "after"]
     assert snap["counts"]["operations"] == {"resolved": 2}

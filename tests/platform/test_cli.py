@@ -31,7 +31,8 @@ from tests.support.helpers import (
 
 # What `ledger snapshot --json` lists for each operation (a list, in sequence order).
 SNAPSHOT_OPERATION_KEYS = {
-    "id", "operation_type", "sequence", "phase", "blockers", "request_id", "outcome", "error",
+    "id", "operation_type", "sequence", "phase", "blockers", "waiting_for", "request_id",
+    "outcome", "error",
 }  # fmt: skip
 
 
@@ -295,9 +296,13 @@ async def test_ledger_commands_enqueue_snapshot_claims_hold_release_resume_stop(
         # The same file twice: the second time every operation is a duplicate.
         enqueue = (*cli, "--json", "ledger", "enqueue", ledger_id, "--file", str(operations))
         enqueued = await durability_cli(dev_server_address, *enqueue)
-        assert json.loads(enqueued.stdout) == {"accepted": ["op-1", "op-2"], "duplicates": []}
+        assert json.loads(enqueued.stdout) == {
+            "accepted": ["op-1", "op-2"], "duplicates": [], "conflicts": []
+        }  # fmt: skip
         again = await durability_cli(dev_server_address, *enqueue)
-        assert json.loads(again.stdout) == {"accepted": [], "duplicates": ["op-1", "op-2"]}
+        assert json.loads(again.stdout) == {
+            "accepted": [], "duplicates": ["op-1", "op-2"], "conflicts": []
+        }  # fmt: skip
 
         async def all_resolved() -> bool:
             shown = await durability_cli(

@@ -163,7 +163,8 @@ def check_budget(state: LedgerState, batch: EnqueueInput) -> None:
 
 
 def is_known(state: LedgerState, op_id: str) -> bool:
-    """An operation in the state, or resolved and still remembered (a duplicate if sent)."""
+    """An operation in the state, or resolved and still remembered: sent again, a duplicate or
+    a conflict (see `enqueue`)."""
     return op_id in state.operations or op_id in state.forgotten
 
 
@@ -242,15 +243,17 @@ def validate_enqueue(state: LedgerState, raw: Any) -> EnqueueInput:
 def enqueue(
     state: LedgerState, batch: EnqueueInput, config: LedgerConfig | None = None
 ) -> EnqueueResult:
-    """Record new intents in arrival order (their sequence); known IDs are duplicates (L2).
+    """Record new intents in arrival order (their sequence); known IDs are duplicates (L2),
+    or conflicts when sent with another intent (`intent_conflicts`): neither is recorded.
     An operation with no participants is blocked at once unless its type is participant-free
     (L5): in the handler, so no later step changes state without a command."""
     free_types = (config or LedgerConfig()).participant_free_types
     accepted: list[str] = []
     duplicates: list[str] = []
+    conflicts: list[str] = []
     for intent in batch.operations:
         if is_known(state, intent.id):
-            duplicates.append(intent.id)
+            (conflicts if intent_conflicts(state, intent) else duplicates).append(intent.id)
             continue
         record = OperationRecord(intent=intent, sequence=state.next_sequence)
         if not canvases_of(intent) and intent.operation_type not in free_types:
@@ -258,7 +261,32 @@ def enqueue(
         state.operations[intent.id] = record
         state.next_sequence += 1
         accepted.append(intent.id)
-    return EnqueueResult(accepted=accepted, duplicates=duplicates)
+    return EnqueueResult(accepted=accepted, duplicates=duplicates, conflicts=conflicts)
+
+
+def canonical_intent(intent: OperationIntent) -> str:
+    """An intent as canonical JSON: every field, object keys sorted (their order does not
+    count; the order of lists, participants and dependencies included, does)."""
+    return json.dumps(intent.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+
+def intent_conflicts(state: LedgerState, intent: OperationIntent) -> bool:
+    """A known ID sent with an intent other than the one recorded for it, compared as
+    `canonical_intent`. A resolved operation keeps only its ID and type for sure (`compact`
+    drops the rest, now or later), so only another `operation_type` is a conflict. An ID
+    remembered only (`forgotten`) keeps no intent: never a conflict."""
+    record = state.operations.get(intent.id)
+    if record is None:
+        return False
+    if record.phase == "resolved":
+        return intent.operation_type != record.intent.operation_type
+    return canonical_intent(intent) != canonical_intent(record.intent)
+
+
+def count_signal_conflicts(state: LedgerState, conflicts: list[str]) -> int:
+    """An `enqueue` signal named known IDs with other intents; returns the count so far."""
+    state.signal_conflicts += len(conflicts)
+    return state.signal_conflicts
 
 
 # ---------------------------------------------------------------- dispatch (L3-L5)
@@ -286,14 +314,24 @@ def is_ready(state: LedgerState, record: OperationRecord) -> bool:
     """Pending, not blocked, not compiling, and every dependency resolved (L3)."""
     if record.phase != "pending" or record.blockers or record.intent.id in state.compiling:
         return False
-    for dependency in record.intent.dependencies:
-        known = state.operations.get(dependency)
-        if known is None:
-            if dependency not in state.forgotten:
-                return False
-        elif known.phase != "resolved":
-            return False
-    return True
+    return all(is_resolved(state, dependency) for dependency in record.intent.dependencies)
+
+
+def is_resolved(state: LedgerState, op_id: str) -> bool:
+    """Resolved, in the state or remembered; an unknown ID is not (L3)."""
+    known = state.operations.get(op_id)
+    if known is None:
+        return op_id in state.forgotten
+    return known.phase == "resolved"
+
+
+def waiting_for(state: LedgerState, record: OperationRecord) -> list[str]:
+    """The dependencies keeping an operation that was not dispatched from being ready (L3):
+    not resolved, unknown IDs included; sorted, each once (so at most 64, `MAX_REFERENCES`).
+    Empty for a dispatched or resolved operation: it waits for none."""
+    if record.phase not in ("pending", "blocked"):
+        return []
+    return sorted({d for d in record.intent.dependencies if not is_resolved(state, d)})
 
 
 def plan_dispatches(state: LedgerState, config: LedgerConfig) -> list[str]:
@@ -950,6 +988,7 @@ def snapshot(state: LedgerState, query: SnapshotQuery | None = None) -> dict[str
         "held": bool(state.holds),
         "holds": len(state.holds),
         "dropped_signals": state.dropped_signals,
+        "signal_conflicts": state.signal_conflicts,
         "counts": counts(state),
         "operations": [
             {
@@ -958,6 +997,7 @@ def snapshot(state: LedgerState, query: SnapshotQuery | None = None) -> dict[str
                 "sequence": r.sequence,
                 "phase": r.phase,
                 "blockers": list(r.blockers),
+                "waiting_for": waiting_for(state, r),
                 "request_id": r.request_id,
                 "outcome": r.outcome,
                 "error": r.error,

@@ -120,10 +120,13 @@ class EnqueueInput(BaseModel):
 
 
 class EnqueueResult(BaseModel):
-    """`enqueue` update result."""
+    """`enqueue` update result: each ID of the batch in one list. `duplicates`: known IDs sent
+    with the intent recorded for them; `conflicts`: known IDs sent with another intent (see
+    `core.intent_conflicts`). Neither changes anything."""
 
     accepted: list[str]
     duplicates: list[str]
+    conflicts: list[str]
 
 
 class ReleaseInput(BaseModel):
@@ -210,6 +213,8 @@ class LedgerState(BaseModel):
     next_sequence: int = 1
     stopped: bool = False
     dropped_signals: int = 0
+    # IDs that `enqueue` signals sent with another intent than the one recorded (not recorded).
+    signal_conflicts: int = 0
 
 
 class LedgerInput(LedgerConfig):

@@ -189,7 +189,7 @@ class OperationLedgerWorkflow:
 
     @workflow.update(name="enqueue")
     async def enqueue(self, raw: Any = None) -> EnqueueResult:
-        """Record intents; returns accepted and duplicate IDs once recorded."""
+        """Record intents; returns accepted, duplicate and conflicting IDs once recorded."""
         return self._enqueue(self._kernel.update(core.validate_enqueue, self._state, raw))
 
     @enqueue.validator
@@ -199,10 +199,21 @@ class OperationLedgerWorkflow:
 
     @workflow.signal(name="enqueue")
     def enqueue_signal(self, raw: Any = None) -> None:
-        """`enqueue` as a signal."""
+        """`enqueue` as a signal; its conflicts are counted (`signal_conflicts`) and logged."""
         batch = self._kernel.signal("enqueue", core.validate_enqueue, self._state, raw)
-        if batch is not None:
-            self._enqueue(batch)
+        if batch is None:
+            return
+        conflicts = self._enqueue(batch).conflicts
+        if conflicts:
+            total = core.count_signal_conflicts(self._state, conflicts)
+            workflow.logger.warning(
+                "enqueue signal: %d known IDs sent with another intent, not recorded "
+                "(%d so far): %s",
+                len(conflicts),
+                total,
+                ", ".join(repr(c) for c in conflicts[:10])
+                + (" ..." if len(conflicts) > 10 else ""),
+            )
 
     def _enqueue(self, batch: EnqueueInput) -> EnqueueResult:
         result = core.enqueue(self._state, batch, self._config)

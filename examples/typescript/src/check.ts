@@ -107,7 +107,11 @@ export const runView = object<RunView>({
   error: nullable(runError),
 });
 
-export const enqueueResult = object<EnqueueResult>({ accepted: arrayOf(str), duplicates: arrayOf(str) });
+export const enqueueResult = object<EnqueueResult>({
+  accepted: arrayOf(str),
+  duplicates: arrayOf(str),
+  conflicts: arrayOf(str),
+});
 
 const operationPhase = oneOf('pending', 'dispatched', 'resolved', 'blocked');
 const requestPhase = oneOf('frozen', 'in_flight', 'resolved', 'blocked');
@@ -118,6 +122,7 @@ const snapshotOperation = object<SnapshotOperation>({
   sequence: int,
   phase: operationPhase,
   blockers: arrayOf(str),
+  waiting_for: arrayOf(str),
   request_id: nullable(str),
   outcome: nullable(oneOf('applied', 'rejected', 'skipped')),
   error: nullable(str),
@@ -151,6 +156,7 @@ export const snapshot = object<Snapshot>({
   held: bool,
   holds: int,
   dropped_signals: int,
+  signal_conflicts: int,
   counts: snapshotCounts,
   operations: arrayOf(snapshotOperation),
   next_after: nullable(int),

@@ -171,9 +171,9 @@ async function main(client: DurabilityClient): Promise<Record<string, unknown>> 
     'enqueue',
     unknownFields,
   );
-  sameJson(enqueued, { accepted: ['op-1', 'op-2', 'op-3'], duplicates: [] }, 'enqueue');
+  sameJson(enqueued, { accepted: ['op-1', 'op-2', 'op-3'], duplicates: [], conflicts: [] }, 'enqueue');
   const again = await client.enqueue(ledgerId, [OPERATIONS[0]]);
-  sameJson(again, { accepted: [], duplicates: ['op-1'] }, 'enqueue of a known ID');
+  sameJson(again, { accepted: [], duplicates: ['op-1'], conflicts: [] }, 'enqueue of a known ID');
   const cycle = await rejection('enqueue of a cycle', () =>
     client.enqueue(ledgerId, [{ id: 'op-4', operation_type: 'shape.move', dependencies: ['op-4'] }]),
   );

@@ -165,7 +165,10 @@ export interface EnqueuePayload {
 /** 3.3 `enqueue` update result, once recorded. */
 export interface EnqueueResult {
   accepted: string[];
+  /** Known IDs sent with the intent recorded for them. */
   duplicates: string[];
+  /** Known IDs sent with another intent: not recorded. */
+  conflicts: string[];
 }
 
 /** 3.3 `skip` payload. */
@@ -195,6 +198,8 @@ export interface SnapshotOperation {
   sequence: number;
   phase: OperationPhase;
   blockers: string[];
+  /** Dependencies not resolved yet (unknown IDs included), sorted; empty once dispatched. */
+  waiting_for: string[];
   request_id: string | null;
   outcome: OperationOutcome | null;
   error: string | null;
@@ -239,6 +244,8 @@ export interface Snapshot {
   held: boolean;
   holds: number;
   dropped_signals: number;
+  /** IDs that `enqueue` signals sent with another intent than the recorded one. */
+  signal_conflicts: number;
   counts: SnapshotCounts;
   /** Oldest first (by `sequence`), at most `limit`. */
   operations: SnapshotOperation[];
