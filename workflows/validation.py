@@ -15,6 +15,20 @@ from pydantic import BaseModel, ValidationError
 
 StartInput = TypeVar("StartInput", bound=BaseModel)
 
+# The refusal types on the wire, the same for the same kind of refusal in both
+# capabilities: a refused message is `InvalidRequest` (or a subclass naming a narrower
+# kind), a refused start input fails the workflow once as `INVALID_START_INPUT`.
+INVALID_START_INPUT = "InvalidStartInput"
+# The key under which a refusal's details name the type the same refusal had in 0.1.0, for
+# callers that still match on it (kept for one release; see CHANGELOG.md).
+FORMER_TYPE = "former_type"
+
+
+class InvalidRequest(ValueError):
+    """A message refused before anything is recorded; the message names the field and the
+    value. The class name is the rejection's type on the wire (a subclass per narrower kind
+    of refusal: `NoLiveSchedule`, `NoRoomForRuns`, `LedgerStopped`)."""
+
 
 def format_validation_error(what: str, error: ValidationError) -> str:
     """`invalid <what>: field.path: message (got value)` for each problem, one line."""

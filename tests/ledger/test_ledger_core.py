@@ -404,7 +404,7 @@ def test_skip_refuses_unknown_resolved_and_in_flight_operations() -> None:
 
 
 def test_message_parsers_refuse_before_anything_is_recorded() -> None:
-    """Each message's parser raises LedgerInputError naming the field; a stopped ledger
+    """Each message's parser raises InvalidRequest naming the field; a stopped ledger
     refuses hold, resume and stop as LedgerStopped (the class name is the rejection type)."""
     state = fresh(intent("a", ["c1"]))
     core.hold(state, "t1")

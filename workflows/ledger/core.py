@@ -65,6 +65,7 @@ from workflows.ledger.models import (
     SkipInput,
 )
 from workflows.limits import MAX_JSON_DEPTH, id_problem, json_depth
+from workflows.validation import InvalidRequest as InvalidRequest
 from workflows.validation import format_validation_error, read_start_input
 
 MISSING_PARTICIPANTS = "missing_participants"
@@ -87,11 +88,15 @@ PERMANENT_BLOCKERS = frozenset({MISSING_PARTICIPANTS, INTERPRETER_UNAVAILABLE})
 MAX_BACKOFF_EXPONENT = 6
 
 
-class LedgerInputError(ValueError):
-    """Input rejected before anything is recorded; the message names the field and value."""
+# The ledger's refusals are `InvalidRequest`s, as the schedule's are; `LedgerInputError` is
+# the name they had in 0.1.0 (on the wire too, see `FORMER_REFUSAL_TYPES`), kept for one
+# release.
+LedgerInputError = InvalidRequest
+# What the ledger's refusal types were called in 0.1.0 (sent in each refusal's details).
+FORMER_REFUSAL_TYPES = {"InvalidRequest": "LedgerInputError"}
 
 
-class LedgerStopped(LedgerInputError):
+class LedgerStopped(InvalidRequest):
     """A message a stopped ledger no longer takes (`hold`, `resume`, `stop`); the class name is
     the rejection type clients see."""
 
@@ -109,32 +114,32 @@ def canvases_of(intent: OperationIntent) -> list[str]:
 
 
 def parse_enqueue(raw: Any) -> EnqueueInput:
-    """Parse an `enqueue` payload; a `LedgerInputError` names the bad field and value."""
+    """Parse an `enqueue` payload; an `InvalidRequest` names the bad field and value."""
     if not isinstance(raw, dict):
-        raise LedgerInputError(
+        raise InvalidRequest(
             f'invalid enqueue input: expected {{"operations": [...]}}, got {raw!r:.80}'
         )
     try:
         batch = EnqueueInput.model_validate(raw)
     except ValidationError as error:
-        raise LedgerInputError(format_validation_error("enqueue input", error)) from None
+        raise InvalidRequest(format_validation_error("enqueue input", error)) from None
     total = 0
     for index, intent in enumerate(batch.operations):
         size = len(json.dumps(intent.payload, separators=(",", ":")))
         if size > MAX_PAYLOAD_BYTES:
-            raise LedgerInputError(
+            raise InvalidRequest(
                 f"invalid enqueue input: operations.{index}.payload is {size} bytes as JSON, "
                 f"more than the limit of {MAX_PAYLOAD_BYTES}"
             )
         depth = json_depth(intent.payload)
         if depth > MAX_JSON_DEPTH:
-            raise LedgerInputError(
+            raise InvalidRequest(
                 f"invalid enqueue input: operations.{index}.payload nests {depth} levels deep, "
                 f"more than {MAX_JSON_DEPTH}"
             )
         total += json_size(intent)
     if total > MAX_BATCH_BYTES:
-        raise LedgerInputError(
+        raise InvalidRequest(
             f"invalid enqueue input: the batch is {total} bytes as JSON, more than the limit "
             f"of {MAX_BATCH_BYTES}: split it"
         )
@@ -155,7 +160,7 @@ def check_budget(state: LedgerState, batch: EnqueueInput) -> None:
     current = json_size(state)
     added = 2 * sum(json_size(intent) for intent in new)
     if current + added > STATE_BUDGET_BYTES:
-        raise LedgerInputError(
+        raise InvalidRequest(
             f"ledger is full: its state is {current} bytes and these {len(new)} operations "
             f"need about {added} more, over the budget of {STATE_BUDGET_BYTES}; enqueue again "
             "once operations resolve"
@@ -172,7 +177,7 @@ def check_enqueue(state: LedgerState, batch: EnqueueInput) -> None:
     first_index: dict[str, int] = {}
     for index, intent in enumerate(batch.operations):
         if intent.id in first_index:
-            raise LedgerInputError(
+            raise InvalidRequest(
                 f"invalid enqueue input: operations.{index}.id {intent.id!r} repeats "
                 f"operations.{first_index[intent.id]}.id in the same batch"
             )
@@ -180,7 +185,7 @@ def check_enqueue(state: LedgerState, batch: EnqueueInput) -> None:
     new = {i.id: i for i in batch.operations if not is_known(state, i.id)}
     cycle = _find_cycle(state, new)
     if cycle:
-        raise LedgerInputError(
+        raise InvalidRequest(
             "invalid enqueue input: dependency cycle " + " -> ".join(repr(c) for c in cycle)
         )
 
@@ -224,15 +229,15 @@ def _find_cycle(state: LedgerState, new: dict[str, OperationIntent]) -> list[str
 
 
 # Each message's payload is parsed by one function below (`validate_*` when the state can refuse
-# it too), before anything is recorded: `LedgerInputError` (or `LedgerStopped`) names what is
+# it too), before anything is recorded: `InvalidRequest` (or `LedgerStopped`) names what is
 # wrong. The shell turns it into the update's rejection, typed by the error's class name, or
 # drops the signal of the same name.
 
 
 def validate_enqueue(state: LedgerState, raw: Any) -> EnqueueInput:
-    """Everything the `enqueue` update validator checks; raises `LedgerInputError`."""
+    """Everything the `enqueue` update validator checks; raises `InvalidRequest`."""
     if state.stopped:
-        raise LedgerInputError("ledger is stopped: enqueue refused")
+        raise InvalidRequest("ledger is stopped: enqueue refused")
     batch = parse_enqueue(raw)
     check_enqueue(state, batch)
     check_budget(state, batch)
@@ -704,7 +709,7 @@ def validate_empty(state: LedgerState, message: str, raw: Any) -> EmptyInput:
     try:
         return EmptyInput.model_validate({} if raw is None else raw)
     except ValidationError as error:
-        raise LedgerInputError(format_validation_error(f"{message} input", error)) from None
+        raise InvalidRequest(format_validation_error(f"{message} input", error)) from None
 
 
 def parse_release(raw: Any) -> ReleaseInput:
@@ -712,14 +717,14 @@ def parse_release(raw: Any) -> ReleaseInput:
     try:
         return ReleaseInput.model_validate(raw)
     except ValidationError as error:
-        raise LedgerInputError(format_validation_error("release input", error)) from None
+        raise InvalidRequest(format_validation_error("release input", error)) from None
 
 
 def validate_release(state: LedgerState, raw: Any) -> ReleaseInput:
     """`release` as an update: the token must be one currently held."""
     release = parse_release(raw)
     if release.token not in state.holds:
-        raise LedgerInputError(f"invalid release input: token {release.token!r:.80} is not held")
+        raise InvalidRequest(f"invalid release input: token {release.token!r:.80} is not held")
     return release
 
 
@@ -728,7 +733,7 @@ def validate_skip(state: LedgerState, raw: Any) -> SkipInput:
     try:
         parsed = SkipInput.model_validate(raw)
     except ValidationError as error:
-        raise LedgerInputError(format_validation_error("skip input", error)) from None
+        raise InvalidRequest(format_validation_error("skip input", error)) from None
     check_skip(state, parsed.operation_id)
     return parsed
 
@@ -738,23 +743,23 @@ def parse_report(raw: Any) -> RequestReport:
     try:
         return RequestReport.model_validate(raw)
     except ValidationError as error:
-        raise LedgerInputError(format_validation_error("request report", error)) from None
+        raise InvalidRequest(format_validation_error("request report", error)) from None
 
 
 def check_skip(state: LedgerState, op_id: str) -> OperationRecord:
     """A skip is allowed for a known operation that is pending or blocked and not in flight."""
     record = state.operations.get(op_id)
     if record is None and op_id in state.forgotten:
-        raise LedgerInputError(f"invalid skip input: operation {op_id!r} is already resolved")
+        raise InvalidRequest(f"invalid skip input: operation {op_id!r} is already resolved")
     if record is None:
-        raise LedgerInputError(f"invalid skip input: operation_id {op_id!r} is not known")
+        raise InvalidRequest(f"invalid skip input: operation_id {op_id!r} is not known")
     if record.phase == "resolved":
-        raise LedgerInputError(f"invalid skip input: operation {op_id!r} is already resolved")
+        raise InvalidRequest(f"invalid skip input: operation {op_id!r} is already resolved")
     if op_id in state.compiling:
-        raise LedgerInputError(f"invalid skip input: operation {op_id!r} is compiling")
+        raise InvalidRequest(f"invalid skip input: operation {op_id!r} is compiling")
     request = state.requests.get(record.request_id or "")
     if request is not None and request.phase == "in_flight":
-        raise LedgerInputError(
+        raise InvalidRequest(
             f"invalid skip input: operation {op_id!r} has request {request.id!r} in flight"
         )
     return record
@@ -911,7 +916,7 @@ def parse_snapshot_query(raw: Any) -> SnapshotQuery:
     try:
         return SnapshotQuery.model_validate(raw or {})
     except ValidationError as error:
-        raise LedgerInputError(format_validation_error("snapshot query", error)) from None
+        raise InvalidRequest(format_validation_error("snapshot query", error)) from None
 
 
 def counts(state: LedgerState) -> dict[str, Any]:

@@ -28,14 +28,10 @@ from workflows.schedule.models import (
     ScheduleInput,
     SetRequest,
 )
+from workflows.validation import InvalidRequest as InvalidRequest
 from workflows.validation import read_start_input
 
 Pick = Callable[[int], int]
-
-
-class InvalidRequest(ValueError):
-    """A message is refused; the message names the field and the value. The class name is
-    the rejection's stable type on the wire (a subclass per kind of refusal)."""
 
 
 class NoRoomForRuns(InvalidRequest):
