@@ -8,6 +8,7 @@ while a run recorded before keeps its converted value, so its history still repl
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -50,9 +51,12 @@ def strict_problem(what: str, model: type[BaseModel], settings: Mapping[str, Any
     if unknown:
         return f"invalid {what}: unknown field(s) {', '.join(unknown)[:200]}"
     try:
-        model.model_validate(dict(settings), strict=True)
+        # In JSON mode, as the input arrived: a strict reading that still takes an enum's value.
+        model.model_validate_json(json.dumps(dict(settings)), strict=True)
     except ValidationError as error:
         return format_validation_error(what, error)
+    except (TypeError, ValueError):  # not JSON values (a subclass decoding its own input)
+        return None
     return None
 
 

@@ -133,7 +133,7 @@ def test_next_step_follows_l7(action: Any, status: Any, result: str, next_action
 
 def test_retry_after_overrides_backoff_in_next_step() -> None:
     step = core.next_step(
-        "submit", {"outcome": "unresolved", "retry_after_ms": 7}, 5, RetryConfig(), 0
+        RequestAction.SUBMIT, {"outcome": "unresolved", "retry_after_ms": 7}, 5, RetryConfig(), 0
     )
     assert (step.delay_ms, step.retry_at) == (7, 7)
 
@@ -584,7 +584,7 @@ class Driver:
         self.bodies[request_id] = copy.deepcopy(self.state.requests[request_id].body)
         if protocol in self.config.supported_protocol_versions:
             assert verdict == "launch"
-            self.loops[request_id] = ("submit", 0, 1)
+            self.loops[request_id] = (RequestAction.SUBMIT, 0, 1)
         else:  # frozen but never sent: blocked, its canvases kept until skip
             assert verdict == "blocked"
 
@@ -632,7 +632,7 @@ class Driver:
         launch = self.launches[request_id]
         assert launch > 1
         before = self.state.model_dump()
-        step = core.next_step("submit", status, 1, self.config.retry, self.now)
+        step = core.next_step(RequestAction.SUBMIT, status, 1, self.config.retry, self.now)
         report = RequestReport(
             request_id=request_id,
             phase=("resolved" if step.result == "resolved" else "blocked")

@@ -37,7 +37,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -53,11 +53,13 @@ from workflows.ledger.models import (
     LedgerConfig,
     LedgerInput,
     LedgerState,
+    Lenient,
     OperationIntent,
     OperationPhase,
     OperationRecord,
     ReleaseInput,
     RequestAction,
+    RequestPhase,
     RequestRecord,
     RequestReport,
     RequestStatus,
@@ -337,7 +339,7 @@ def begin_dispatch(state: LedgerState, op_id: str, request_id: str) -> None:
         holder = state.claims.get(canvas)
         if holder is not None and holder != request_id:
             raise RecoveryConflictError(f"canvas {canvas!r} is already claimed by {holder!r}")
-    record.phase = "dispatched"
+    record.phase = OperationPhase.DISPATCHED
     record.request_id = request_id
     state.compiling[op_id] = request_id
     for canvas in canvases_of(record.intent):
@@ -351,7 +353,7 @@ def abandon_dispatch(state: LedgerState, op_id: str) -> None:
         return
     _release_claims(state, request_id)
     record = state.operations[op_id]
-    record.phase = "pending"
+    record.phase = OperationPhase.PENDING
     record.request_id = None
 
 
@@ -432,7 +434,7 @@ def freeze(
     )
     state.requests[request_id] = request
     if protocol_version not in config.supported_protocol_versions:
-        request.phase = "blocked"
+        request.phase = RequestPhase.BLOCKED
         request.blocker = INTERPRETER_UNAVAILABLE
         _block_operation(
             record,
@@ -495,12 +497,12 @@ def plan_launches(state: LedgerState, config: LedgerConfig) -> list[str]:
 def mark_launched(state: LedgerState, request_id: str) -> RequestRecord:
     """The request's loop is starting again (same body, recorded action and attempt)."""
     request = state.requests[request_id]
-    request.phase = "in_flight"
+    request.phase = RequestPhase.IN_FLIGHT
     request.blocker = None
     request.launch += 1
     for op_id in request.operation_ids:
         record = state.operations[op_id]
-        record.phase = "dispatched"
+        record.phase = OperationPhase.DISPATCHED
         record.blockers = []
         record.error = None
     return request
@@ -593,9 +595,11 @@ def next_step(
     if status.outcome in ("applied", "rejected"):
         return Step("resolved", status, action)
     if status.blocked:
-        return Step("blocked", status, "query")
+        return Step("blocked", status, RequestAction.QUERY)
     following: RequestAction = (
-        "query" if action == "submit" or status.outcome == "accepted" else "submit"
+        RequestAction.QUERY
+        if action == RequestAction.SUBMIT or status.outcome == "accepted"
+        else RequestAction.SUBMIT
     )
     delay = retry_delay_ms(attempt, retry, status.retry_after_ms)
     return Step("retry", status, following, delay, now_ms + delay)
@@ -633,18 +637,18 @@ def record_finished(state: LedgerState, report: RequestReport) -> bool:
     request.retry_at = None
     status = normalize_status(report.status)
     if report.phase == "resolved":
-        request.phase = "resolved"
+        request.phase = RequestPhase.RESOLVED
         _release_claims(state, request.id)
         state.resolved_total += len(request.operation_ids)
         for op_id in request.operation_ids:
             record = state.operations[op_id]
-            record.phase = "resolved"
+            record.phase = OperationPhase.RESOLVED
             record.outcome = status.outcome
             record.error = None if status.error is None else status.error[:MAX_ERROR_LENGTH]
             record.blockers = []
         return True
     reason = status.error or "blocked"
-    request.phase = "blocked"
+    request.phase = RequestPhase.BLOCKED
     request.blocker = reason
     for op_id in request.operation_ids:
         _block_operation(state.operations[op_id], [reason], reason)
@@ -661,9 +665,9 @@ def request_interrupted(state: LedgerState, request_id: str, reason: str, stoppe
     if request is None or request.phase != "in_flight":
         return False
     if stopped:
-        request.phase = "frozen"
+        request.phase = RequestPhase.FROZEN
         return True
-    request.phase = "blocked"
+    request.phase = RequestPhase.BLOCKED
     request.blocker = reason
     for op_id in request.operation_ids:
         _block_operation(state.operations[op_id], [reason], reason)
@@ -682,7 +686,7 @@ def resume(state: LedgerState, config: LedgerConfig) -> list[str]:
             continue
         if request.body.get("protocol_version") not in config.supported_protocol_versions:
             continue
-        request.phase = "frozen"
+        request.phase = RequestPhase.FROZEN
         request.blocker = None
         touched.append(request.id)
     for record in state.operations.values():
@@ -690,7 +694,7 @@ def resume(state: LedgerState, config: LedgerConfig) -> list[str]:
             continue
         if any(b in PERMANENT_BLOCKERS for b in record.blockers):
             continue
-        record.phase = "pending"
+        record.phase = OperationPhase.PENDING
         record.blockers = []
         record.error = None
         touched.append(record.intent.id)
@@ -776,11 +780,11 @@ def skip(state: LedgerState, op_id: str, reason: str) -> None:
     record = check_skip(state, op_id)
     request = state.requests.get(record.request_id or "")
     if request is not None:
-        request.phase = "resolved"
+        request.phase = RequestPhase.RESOLVED
         request.blocker = None
         request.last_status = {"outcome": SKIPPED, "error": reason}
         _release_claims(state, request.id)
-    record.phase = "resolved"
+    record.phase = OperationPhase.RESOLVED
     record.outcome = SKIPPED
     state.resolved_total += 1
     record.error = reason
@@ -816,7 +820,7 @@ def recover(state: LedgerState) -> None:
     them) and rebuild claims from unresolved requests, refusing two claims on one canvas."""
     for op_id in list(state.compiling):
         record = state.operations[op_id]
-        record.phase = "pending"
+        record.phase = OperationPhase.PENDING
         record.request_id = None
     state.compiling = {}
     claims: dict[str, str] = {}
@@ -907,7 +911,7 @@ class SnapshotQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    phase: OperationPhase | None = None
+    phase: Annotated[OperationPhase | None, Lenient] = None
     after: int | None = None
     limit: int = Field(default=SNAPSHOT_PAGE_DEFAULT, ge=1, le=SNAPSHOT_PAGE_MAX)
 
@@ -1047,7 +1051,7 @@ def _stale(request: RequestRecord, report: RequestReport) -> bool:
 
 
 def _block_operation(record: OperationRecord, blockers: list[str], error: str) -> None:
-    record.phase = "blocked"
+    record.phase = OperationPhase.BLOCKED
     record.blockers = [blocker[:MAX_ERROR_LENGTH] for blocker in blockers]
     record.error = error[:MAX_ERROR_LENGTH]
 
