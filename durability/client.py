@@ -1,7 +1,7 @@
 """A typed client for durability's workflows, thin over `temporalio.client.Client`.
 
-It speaks only the public wire contract (workflow types, IDs, message names and payloads
-of SPEC.md), so what it does can also be done with the `temporal` CLI or any SDK.
+It speaks only the public wire contract (workflow types, IDs, message names and payloads of
+docs/contract.md), so what it does can also be done with the `temporal` CLI or any SDK.
 
     client = await DurabilityClient.connect()
     await client.set_schedule("acct-42", "@every 5m", version=3, params={"plan": "pro"})
@@ -41,11 +41,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durability.connect import connect, task_queue
 from workflows import search_attributes
+from workflows.ledger import LEDGER_WORKFLOW as LEDGER_WORKFLOW
 from workflows.ledger import core as ledger_core
+from workflows.ledger import ledger_workflow_id as ledger_workflow_id
 from workflows.ledger.models import LedgerState, SkipInput
+from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron
 from workflows.schedule import core as schedule_core
-from workflows.schedule import cron
 from workflows.schedule.cron import NextOccurrence
+from workflows.schedule.models import schedule_workflow_id as schedule_workflow_id
 from workflows.validation import (
     FORMER_TYPE,
     INVALID_START_INPUT,
@@ -55,11 +58,10 @@ from workflows.validation import (
 
 # How many times an update Temporal aborted unapplied is sent (see `_send_update`).
 UPDATE_ATTEMPTS = 5
+SCHEDULE_WORKFLOW = SCHEDULE_WORKFLOW_TYPE
+
 # How long an update call waits for its answer, all attempts included (`UnansweredError`).
 UPDATE_TIMEOUT = timedelta(minutes=2)
-
-SCHEDULE_WORKFLOW = "DurabilitySchedule"
-LEDGER_WORKFLOW = "OperationLedger"
 
 
 class ScheduleView(TypedDict):
@@ -202,14 +204,6 @@ class UnansweredError(TimeoutError):
         )
         self.update = update
         self.workflow_id = workflow_id
-
-
-def schedule_workflow_id(object_id: str) -> str:
-    return f"schedule:{object_id}"
-
-
-def ledger_workflow_id(ledger_id: str) -> str:
-    return f"ledger:{ledger_id}"
 
 
 def summary_for(workflow_id: str) -> str:

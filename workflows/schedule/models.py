@@ -1,5 +1,5 @@
-"""Wire models of the schedule (SPEC "Schedule"), shared by the core, the workflows and the
-activities. Field names are the public JSON names."""
+"""Wire models of the schedule (docs/contract.md section 2), shared by the core, the
+workflows and the activities. Field names are the public JSON names."""
 
 from __future__ import annotations
 
