@@ -12,7 +12,8 @@
   ledger at them with `submit_activity="http_submit"`, `query_activity="http_query"`.
 
 Write your own in any Temporal SDK: `compile(intent, request_id) -> compiled` and
-`submit(frozen_request) -> status` / `query(frozen_request) -> status` (SPEC "Operation ledger").
+`submit(frozen_request) -> status` / `query(frozen_request) -> status` (docs/contract.md,
+section 3).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A typed client for durability's workflows, thin over `temporalio.client.Client`.
 
-It speaks only the public wire contract (workflow types, IDs, message names and payloads
-of SPEC.md), so what it does can also be done with the `temporal` CLI or any SDK.
+It speaks only the public wire contract (workflow types, IDs, message names and payloads of
+docs/contract.md), so what it does can also be done with the `temporal` CLI or any SDK.
 
     client = await DurabilityClient.connect()
     await client.set_schedule("acct-42", "@every 5m", version=3, params={"plan": "pro"})
@@ -41,20 +41,27 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durability.connect import connect, task_queue
 from workflows import search_attributes
+from workflows.ledger import LEDGER_WORKFLOW as LEDGER_WORKFLOW
 from workflows.ledger import core as ledger_core
+from workflows.ledger import ledger_workflow_id as ledger_workflow_id
 from workflows.ledger.models import LedgerState, SkipInput
+from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron
 from workflows.schedule import core as schedule_core
-from workflows.schedule import cron
 from workflows.schedule.cron import NextOccurrence
-from workflows.validation import format_validation_error
+from workflows.schedule.models import schedule_workflow_id as schedule_workflow_id
+from workflows.validation import (
+    FORMER_TYPE,
+    INVALID_START_INPUT,
+    InvalidRequest,
+    format_validation_error,
+)
 
 # How many times an update Temporal aborted unapplied is sent (see `_send_update`).
 UPDATE_ATTEMPTS = 5
+SCHEDULE_WORKFLOW = SCHEDULE_WORKFLOW_TYPE
+
 # How long an update call waits for its answer, all attempts included (`UnansweredError`).
 UPDATE_TIMEOUT = timedelta(minutes=2)
-
-SCHEDULE_WORKFLOW = "DurabilitySchedule"
-LEDGER_WORKFLOW = "OperationLedger"
 
 
 class ScheduleView(TypedDict):
@@ -113,17 +120,26 @@ class RejectedError(Exception):
     was sent, by this client with the workflow's own rules; nothing was recorded or created.
 
     `type` is the refusal's kind, as the workflow names it (`InvalidRequest`,
-    `LedgerInputError`, `InvalidScheduleInput`, ...), when known.
+    `NoLiveSchedule`, `LedgerStopped`, `InvalidStartInput`, ...), when known; `former_type`
+    the name the same refusal had in 0.1.0 where it differs (`LedgerInputError`,
+    `InvalidScheduleInput`, `InvalidLedgerInput`), kept for one release.
     """
 
     def __init__(
-        self, message: str, *, update: str, workflow_id: str, type: str | None = None
+        self,
+        message: str,
+        *,
+        update: str,
+        workflow_id: str,
+        type: str | None = None,
+        former_type: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.update = update
         self.workflow_id = workflow_id
         self.type = type
+        self.former_type = former_type
 
 
 class NotFoundError(Exception):
@@ -191,14 +207,6 @@ class UnansweredError(TimeoutError):
         self.workflow_id = workflow_id
 
 
-def schedule_workflow_id(object_id: str) -> str:
-    return f"schedule:{object_id}"
-
-
-def ledger_workflow_id(ledger_id: str) -> str:
-    return f"ledger:{ledger_id}"
-
-
 def summary_for(workflow_id: str) -> str:
     """The UI summary of a workflow started by this client: "schedule acct-42"."""
     kind, _, business_id = workflow_id.partition(":")
@@ -259,28 +267,33 @@ def _start_input(
     if options is None:
         options = {}
     if not isinstance(options, Mapping):
-        raise RejectedError(
-            f"the start options must be a JSON object, got {options!r:.200}",
-            update="start", workflow_id=workflow_id, type=kind,
-        )  # fmt: skip
+        _start_refused(
+            workflow_id, kind, f"the start options must be a JSON object, got {options!r:.200}"
+        )
     if internal in options:
-        raise RejectedError(
+        _start_refused(
+            workflow_id,
+            kind,
             f"{internal} is internal: the state a run carries across continue-as-new",
-            update="start", workflow_id=workflow_id, type=kind,
-        )  # fmt: skip
+        )
     return {key: business_id, **options}
 
 
-def _start_refused(workflow_id: str, kind: str, error: str | None, coerced: str | None) -> None:
+def _start_refused(
+    workflow_id: str, former: str, error: str | None, coerced: str | None = None
+) -> None:
     """A new run fails on a start input with an `error`, or one only a lax reading accepts
     (`coerced`: an unknown field, a value of another JSON type)."""
     problem = error or coerced
     if problem is not None:
-        raise RejectedError(problem, update="start", workflow_id=workflow_id, type=kind)
+        raise RejectedError(
+            problem, update="start", workflow_id=workflow_id, type=INVALID_START_INPUT,
+            former_type=former,
+        )  # fmt: skip
 
 
 def schedule_start_input(object_id: str, options: Any = None) -> dict[str, Any]:
-    """The schedule's start input for `options`; RejectedError (`InvalidScheduleInput`) naming
+    """The schedule's start input for `options`; RejectedError (`InvalidStartInput`) naming
     the field when a new schedule would fail on it."""
     workflow_id = schedule_workflow_id(object_id)
     kind = "InvalidScheduleInput"
@@ -291,7 +304,7 @@ def schedule_start_input(object_id: str, options: Any = None) -> dict[str, Any]:
 
 
 def ledger_start_input(ledger_id: str, options: Any = None) -> dict[str, Any]:
-    """The ledger's start input for `options`; RejectedError (`InvalidLedgerInput`) naming the
+    """The ledger's start input for `options`; RejectedError (`InvalidStartInput`) naming the
     field when a new ledger would fail on it."""
     workflow_id = ledger_workflow_id(ledger_id)
     kind = "InvalidLedgerInput"
@@ -305,9 +318,10 @@ def _checked(workflow_id: str, message: str, check: Callable[[], object]) -> Non
     """Run one of the workflows' parse functions; its refusal becomes a RejectedError."""
     try:
         check()
-    except ValueError as error:  # InvalidRequest, LedgerInputError: ValueErrors naming the field
+    except ValueError as error:  # InvalidRequest and its kinds: ValueErrors naming the field
+        kind = type(error).__name__ if isinstance(error, InvalidRequest) else "InvalidRequest"
         raise RejectedError(
-            str(error), update=message, workflow_id=workflow_id, type=type(error).__name__
+            str(error), update=message, workflow_id=workflow_id, type=kind
         ) from None
 
 
@@ -318,7 +332,7 @@ def _validated(parse: Callable[[Any], object], what: str) -> Callable[[Any], obj
         try:
             return parse(raw)
         except ValidationError as error:
-            raise ledger_core.LedgerInputError(format_validation_error(what, error)) from None
+            raise InvalidRequest(format_validation_error(what, error)) from None
 
     return check
 
@@ -375,7 +389,12 @@ def _enqueue_message(ledger_id: str, operations: Any, options: Any) -> _WithStar
 def _rejection(error: WorkflowUpdateFailedError, update: str, workflow_id: str) -> RejectedError:
     cause: BaseException | None = error.cause
     if isinstance(cause, ApplicationError):
-        return RejectedError(cause.message, update=update, workflow_id=workflow_id, type=cause.type)
+        details = cause.details[0] if cause.details else None
+        former = details.get(FORMER_TYPE) if isinstance(details, dict) else None
+        return RejectedError(
+            cause.message, update=update, workflow_id=workflow_id, type=cause.type,
+            former_type=former,
+        )  # fmt: skip
     message = cause.message if isinstance(cause, FailureError) else str(cause or error)
     return RejectedError(message, update=update, workflow_id=workflow_id)
 

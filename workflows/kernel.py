@@ -72,12 +72,16 @@ import asyncio
 from collections.abc import Callable, Coroutine, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar
 
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.validation import FORMER_TYPE, INVALID_START_INPUT
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -115,14 +119,26 @@ def decode_start_input(input: Any) -> Any:
         raise ValueError(f"the input cannot be decoded: {error}") from None
 
 
+def refusal(
+    message: str, refusal_type: str, former_types: Mapping[str, str] = MappingProxyType({})
+) -> ApplicationError:
+    """A refusal as Temporal carries it: not retryable (the same input is refused again),
+    typed, and, where the type had another name in 0.1.0, naming it in its details."""
+    former = former_types.get(refusal_type)
+    details = () if former is None else ({FORMER_TYPE: former},)
+    return ApplicationError(message, *details, type=refusal_type, non_retryable=True)
+
+
 @contextmanager
-def rejected_as(*refusals: type[Exception]) -> Iterator[None]:
-    """A refusal of one of these kinds becomes an update's rejection: not retryable (the same
-    payload is refused again), typed by the refusal's class, with its message."""
+def rejected_as(
+    *refusals: type[Exception], former_types: Mapping[str, str] = MappingProxyType({})
+) -> Iterator[None]:
+    """A refusal of one of these kinds becomes an update's rejection (or a query's failure),
+    typed by the refusal's class, with its message."""
     try:
         yield
     except refusals as error:
-        raise ApplicationError(str(error), type=type(error).__name__, non_retryable=True) from None
+        raise refusal(str(error), type(error).__name__, former_types) from None
 
 
 def history_long(events: int, *, or_suggested: bool = True) -> bool:
@@ -168,36 +184,43 @@ class ShellKernel:
     core transition that counts a dropped signal and returns the count so far.
     """
 
-    def __init__(self, refusal: type[Exception], count_drop: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        refusal: type[Exception],
+        count_drop: Callable[[], int],
+        former_types: Mapping[str, str] = MappingProxyType({}),
+    ) -> None:
         self._refusal = refusal
         self._count_drop = count_drop
+        self.former_types = former_types
         self._deliveries = UpdateDeliveries()
         self._tasks: dict[str, dict[Hashable, asyncio.Task[Any]]] = {}
         self.woken = False
 
     # --- start input
 
-    def check_start(self, error: str | None, coerced: str | None, error_type: str) -> None:
-        """First in `run`: fail the run once, naming the problem, when its start input is
-        refused. A setting only a lax reading accepts (`coerced`) is refused for runs
-        started from now on; a run recorded before (no patch marker) keeps it."""
+    def check_start(self, error: str | None, coerced: str | None, former_type: str) -> None:
+        """First in `run`: fail the run once (`InvalidStartInput`, naming the problem; its
+        details name `former_type`, the 0.1.0 name) when its start input is refused. A
+        setting only a lax reading accepts (`coerced`) is refused for runs started from now
+        on; a run recorded before (no patch marker) keeps it."""
         if error is None and coerced is not None and workflow.patched(STRICT_START_PATCH):
             error = coerced
         if error is not None:
-            raise ApplicationError(error, type=error_type, non_retryable=True)
+            raise refusal(error, INVALID_START_INPUT, {INVALID_START_INPUT: former_type})
 
     # --- message intake
 
     def validate(self, parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> None:
         """In an update's validator: `parse(*args)`, its refusal the update's rejection."""
-        with rejected_as(self._refusal):
+        with rejected_as(self._refusal, former_types=self.former_types):
             parse(*args, **kwargs)
 
     def update(self, parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """First in an update's handler: note the delivery, then `parse(*args)` (or apply:
         any call whose refusal is the update's rejection)."""
         self._deliveries.note()
-        with rejected_as(self._refusal):
+        with rejected_as(self._refusal, former_types=self.former_types):
             return parse(*args, **kwargs)
 
     def signal(

@@ -3,8 +3,8 @@
 The server refuses a command whose activity type, task queue or child workflow ID passes its
 limits, and a search attribute value over 2 KiB; a refused command fails the workflow task,
 and so does every retry of it. The start inputs are checked against these limits up front, so
-a bad one fails the workflow once, naming the field (`InvalidScheduleInput`,
-`InvalidLedgerInput`). See also `workflows.kernel.decode_start_input`.
+a bad one fails the workflow once, naming the field (`InvalidStartInput`). See also
+`workflows.kernel.decode_start_input`.
 """
 
 from __future__ import annotations

@@ -8,12 +8,27 @@ while a run recorded before keeps its converted value, so its history still repl
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 StartInput = TypeVar("StartInput", bound=BaseModel)
+
+# The refusal types on the wire, the same for the same kind of refusal in both
+# capabilities: a refused message is `InvalidRequest` (or a subclass naming a narrower
+# kind), a refused start input fails the workflow once as `INVALID_START_INPUT`.
+INVALID_START_INPUT = "InvalidStartInput"
+# The key under which a refusal's details name the type the same refusal had in 0.1.0, for
+# callers that still match on it (kept for one release; see CHANGELOG.md).
+FORMER_TYPE = "former_type"
+
+
+class InvalidRequest(ValueError):
+    """A message refused before anything is recorded; the message names the field and the
+    value. The class name is the rejection's type on the wire (a subclass per narrower kind
+    of refusal: `NoLiveSchedule`, `NoRoomForRuns`, `LedgerStopped`)."""
 
 
 def format_validation_error(what: str, error: ValidationError) -> str:
@@ -36,9 +51,12 @@ def strict_problem(what: str, model: type[BaseModel], settings: Mapping[str, Any
     if unknown:
         return f"invalid {what}: unknown field(s) {', '.join(unknown)[:200]}"
     try:
-        model.model_validate(dict(settings), strict=True)
+        # In JSON mode, as the input arrived: a strict reading that still takes an enum's value.
+        model.model_validate_json(json.dumps(dict(settings)), strict=True)
     except ValidationError as error:
         return format_validation_error(what, error)
+    except (TypeError, ValueError):  # not JSON values (a subclass decoding its own input)
+        return None
     return None
 
 

@@ -133,7 +133,7 @@ def test_next_step_follows_l7(action: Any, status: Any, result: str, next_action
 
 def test_retry_after_overrides_backoff_in_next_step() -> None:
     step = core.next_step(
-        "submit", {"outcome": "unresolved", "retry_after_ms": 7}, 5, RetryConfig(), 0
+        RequestAction.SUBMIT, {"outcome": "unresolved", "retry_after_ms": 7}, 5, RetryConfig(), 0
     )
     assert (step.delay_ms, step.retry_at) == (7, 7)
 
@@ -402,7 +402,7 @@ def test_skip_refuses_unknown_resolved_and_in_flight_operations() -> None:
 
 
 def test_message_parsers_refuse_before_anything_is_recorded() -> None:
-    """Each message's parser raises LedgerInputError naming the field; a stopped ledger
+    """Each message's parser raises InvalidRequest naming the field; a stopped ledger
     refuses hold, resume and stop as LedgerStopped (the class name is the rejection type)."""
     state = fresh(intent("a", ["c1"]))
     core.hold(state, "t1")
@@ -582,7 +582,7 @@ class Driver:
         self.bodies[request_id] = copy.deepcopy(self.state.requests[request_id].body)
         if protocol in self.config.supported_protocol_versions:
             assert verdict == "launch"
-            self.loops[request_id] = ("submit", 0, 1)
+            self.loops[request_id] = (RequestAction.SUBMIT, 0, 1)
         else:  # frozen but never sent: blocked, its canvases kept until skip
             assert verdict == "blocked"
 
@@ -630,7 +630,7 @@ class Driver:
         launch = self.launches[request_id]
         assert launch > 1
         before = self.state.model_dump()
-        step = core.next_step("submit", status, 1, self.config.retry, self.now)
+        step = core.next_step(RequestAction.SUBMIT, status, 1, self.config.retry, self.now)
         report = RequestReport(
             request_id=request_id,
             phase=("resolved" if step.result == "resolved" else "blocked")

@@ -679,7 +679,7 @@ async def test_bad_start_input_fails_the_ledger_once_naming_the_field(
         with pytest.raises(WorkflowFailureError) as failure:
             await handle.result()
     cause = failure.value.cause
-    assert isinstance(cause, ApplicationError) and cause.type == "InvalidLedgerInput"
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidStartInput"
     assert "concurrency: Input should be greater than or equal to 1 (got 0)" in cause.message
     assert "report_by_completion: Extra inputs are not permitted" in cause.message
     events = [event async for event in handle.fetch_history_events()]

@@ -133,7 +133,7 @@ async def test_payloads_over_every_bound_are_refused_before_sending_in_under_a_s
             started = time.monotonic()
             error = await refused(call())
             assert time.monotonic() - started < 1.0
-            assert error.type in {"PayloadTooLarge", "LedgerInputError"}, str(error)
+            assert error.type in {"PayloadTooLarge", "InvalidRequest"}, str(error)
         assert (await refused(durability.release(ledger_id, blob))).type == "PayloadTooLarge"
         assert f"more than the limit of {MAX_MESSAGE_BYTES}" in str(
             await refused(durability.redeliver(object_id, blob))

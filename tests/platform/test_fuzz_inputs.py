@@ -14,8 +14,8 @@ What must hold:
   says which);
 - the same payload as a signal breaks nothing: when the update was refused, the signal is
   dropped and counted in `dropped_signals`;
-- a start input runs, or fails the workflow once (`InvalidScheduleInput`, `InvalidLedgerInput`,
-  and for the children `InvalidScheduledRunInput`, `InvalidFrozenRequestInput`) naming the
+- a start input runs, or fails the workflow once (`InvalidStartInput`, for the parents and
+  the children alike) naming the
   field; a start input that runs is driven until its first child and activity are scheduled,
   so the names it sets (IDs, activity names, task queues, retry policies) reach Temporal;
 - after every example the workflow answers all its queries and no workflow task of it is
@@ -638,7 +638,7 @@ PINNED_SCHEDULE_STARTS: list[tuple[Any, str, str | None]] = [
 
 SCHEDULE_QUERIES = ["get", "runs", "paused", "skipped_ticks", "dropped_signals"]
 SCHEDULE = Parent(
-    "DurabilitySchedule", "schedule", "object_id", "InvalidScheduleInput", SCHEDULE_QUERIES
+    "DurabilitySchedule", "schedule", "object_id", "InvalidStartInput", SCHEDULE_QUERIES
 )
 SCHEDULE_REFUSALS = {"InvalidRequest", "NoRoomForRuns", "NoLiveSchedule"}
 
@@ -724,7 +724,7 @@ async def test_schedule_start_inputs_run_or_fail_once_naming_the_field(
 # ------------------------------------------------------------------ ledger
 
 LEDGER_QUERIES = ["snapshot", "claims"]
-LEDGER = Parent("OperationLedger", "ledger", "ledger_id", "InvalidLedgerInput", LEDGER_QUERIES)
+LEDGER = Parent("OperationLedger", "ledger", "ledger_id", "InvalidStartInput", LEDGER_QUERIES)
 PINNED_ENQUEUES = [
     (
         {"operations": [{"id": "deep", "operation_type": "t", "payload": _nest(0, 100, True)}]},
@@ -790,26 +790,26 @@ async def test_ledger_messages_are_applied_or_refused_naming_the_field(
 
         for payload, name in enqueues:
             applied = await update(
-                handle, "enqueue", payload, name, {"LedgerInputError"}, ENQUEUE_STATE_REFUSALS
+                handle, "enqueue", payload, name, {"InvalidRequest"}, ENQUEUE_STATE_REFUSALS
             )
             await signal_after(handle, "enqueue", payload, not applied, dropped)
             await answers(handle, LEDGER_QUERIES, f"enqueue {name!r}", payload)
         for payload, name in skips:
             applied = await update(
-                handle, "skip", payload, name, {"LedgerInputError"}, SKIP_STATE_REFUSALS
+                handle, "skip", payload, name, {"InvalidRequest"}, SKIP_STATE_REFUSALS
             )
             await signal_after(handle, "skip", payload, not applied, dropped)
             await answers(handle, LEDGER_QUERIES, "skip", payload)
         for value in release_values:
             token = await handle.execute_update("hold", value, result_type=str)
             for payload in ({"token": value}, {"token": token, "extra": value}, value):
-                await update(handle, "release", payload, "release", {"LedgerInputError"}, ["token"])
+                await update(handle, "release", payload, "release", {"InvalidRequest"}, ["token"])
                 await signal_after(handle, "release", payload, True, dropped)
             assert await handle.execute_update("release", {"token": token}, result_type=bool)
             await answers(handle, LEDGER_QUERIES, "release", value)
         for payload in ignored:
             # resume ignores unknown fields: any object applies, anything else is refused.
-            applied = await update(handle, "resume", payload, "resume", {"LedgerInputError"})
+            applied = await update(handle, "resume", payload, "resume", {"InvalidRequest"})
             assert applied == isinstance(payload, dict | None), context("resume", payload)
             await signal_after(handle, "resume", payload, not applied, dropped)
             await answers(handle, LEDGER_QUERIES, "resume", payload)
@@ -821,7 +821,7 @@ async def test_ledger_messages_are_applied_or_refused_naming_the_field(
             await answers(handle, LEDGER_QUERIES, "snapshot argument", arg)
         # stop refuses anything but an object; an object (unknown fields ignored) stops it.
         for payload in [p for p in ignored if not isinstance(p, dict | None)][:4]:
-            assert not await update(handle, "stop", payload, "stop", {"LedgerInputError"})
+            assert not await update(handle, "stop", payload, "stop", {"InvalidRequest"})
             await answers(handle, LEDGER_QUERIES, "stop", payload)
         final = await handle.execute_update("stop", {"fuzz": ignored[0]}, rpc_timeout=QUERY_TIMEOUT)
         assert final["stopped"] is True
@@ -898,16 +898,16 @@ async def test_children_started_by_hand_with_garbage_fail_once_naming_the_proble
     }
     request_input = {"ledger_id": f"none-{unique}", "request": {"id": "r", "payload": {}}}
     cases = [
-        ("ScheduledRun", "InvalidScheduledRunInput", payload, name)
+        ("ScheduledRun", "InvalidStartInput", payload, name)
         for payload, name in draw(mutated(st.just(run_input), "ScheduledRun", 190), 10, 12)
     ] + [
-        ("FrozenRequest", "InvalidFrozenRequestInput", payload, name)
+        ("FrozenRequest", "InvalidStartInput", payload, name)
         for payload, name in draw(mutated(st.just(request_input), "FrozenRequest", 190), 10, 13)
     ]
     cases += [
-        ("ScheduledRun", "InvalidScheduledRunInput", "garbage", "ScheduledRun"),
-        ("FrozenRequest", "InvalidFrozenRequestInput", {"ledger_id": "x", "request": {}}, "id"),
-        ("FrozenRequest", "InvalidFrozenRequestInput", [1, 2], "FrozenRequest"),
+        ("ScheduledRun", "InvalidStartInput", "garbage", "ScheduledRun"),
+        ("FrozenRequest", "InvalidStartInput", {"ledger_id": "x", "request": {}}, "id"),
+        ("FrozenRequest", "InvalidStartInput", [1, 2], "FrozenRequest"),
     ]
 
     async def one(index: int, workflow: str, error_type: str, input: Any, name: str) -> None:

@@ -80,7 +80,8 @@ async def test_a_new_schedule_refuses_a_converted_setting(
         with pytest.raises(WorkflowFailureError) as failed:
             await asyncio.wait_for(handle.result(), timeout=20)
     cause = failed.value.cause
-    assert isinstance(cause, ApplicationError) and cause.type == "InvalidScheduleInput"
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidStartInput"
+    assert cause.details == ({"former_type": "InvalidScheduleInput"},)
     assert "max_queued_runs" in cause.message and "'2'" in cause.message
 
 
@@ -94,7 +95,8 @@ async def test_a_new_ledger_refuses_a_converted_setting(
         with pytest.raises(WorkflowFailureError) as failed:
             await asyncio.wait_for(handle.result(), timeout=20)
     cause = failed.value.cause
-    assert isinstance(cause, ApplicationError) and cause.type == "InvalidLedgerInput"
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidStartInput"
+    assert cause.details == ({"former_type": "InvalidLedgerInput"},)
     assert "concurrency" in cause.message and "'2'" in cause.message
 
 

@@ -109,7 +109,7 @@ async def test_typescript_caller_sets_triggers_cancels_and_runs_a_ledger(
         assert result["ledger_workflow_id"] == f"ledger:{ledger_id}"
         assert result["enqueued"] == {"accepted": OPERATION_IDS, "duplicates": [], "conflicts": []}
         assert result["enqueued_again"] == {"accepted": [], "duplicates": ["op-1"], "conflicts": []}
-        assert result["cycle_rejected"] == "LedgerInputError"
+        assert result["cycle_rejected"] == "InvalidRequest"
         assert result["resolved"] == OPERATION_IDS
         assert result["outcomes"] == dict.fromkeys(OPERATION_IDS, "applied")
         assert result["sequences"] == {"op-1": 1, "op-2": 2, "op-3": 3}

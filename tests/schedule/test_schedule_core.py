@@ -30,6 +30,7 @@ from workflows.schedule.models import (
     RunStatus,
     ScheduleInput,
     SetRequest,
+    SkipReason,
 )
 from workflows.schedule.status import NEXT_TICK_PUBLISH_SLACK_MS, next_tick_stale
 
@@ -153,7 +154,7 @@ class ScheduleMachine(RuleBasedStateMachine):
         assert run.scheduled_time not in self.fired  # at most once
         self.fired.append(run.scheduled_time)
         if waiting + 1 > self.max_queued:  # no room: skipped, never recorded
-            reason = "queue_full" if self.overlap == "queue" else "overlap"
+            reason = SkipReason.QUEUE_FULL if self.overlap == "queue" else SkipReason.OVERLAP
             assert run == Skipped(scheduled, scheduled + self.jitter, reason)
             assert run.scheduled_time not in self.core.state.runs
             self.skipped += 1
@@ -400,7 +401,7 @@ def test_a_full_queue_refuses_trigger_and_backfill_and_skips_ticks() -> None:
     with pytest.raises(InvalidRequest, match="backfill refused: 2 more run"):
         core.backfill(0, 2000)
     assert sorted(core.state.runs) == [10, 20]
-    assert core.tick(1000) == Skipped(1000, 1000, "queue_full")
+    assert core.tick(1000) == Skipped(1000, 1000, SkipReason.QUEUE_FULL)
     assert core.state.skipped_ticks == 1 and sorted(core.state.runs) == [10, 20]
 
 
@@ -412,7 +413,7 @@ def test_max_queued_runs_zero_skips_a_tick_only_while_every_slot_is_busy() -> No
     run = core.tick(1000)
     assert isinstance(run, Run)
     assert core.take_startable() == [run]
-    assert core.tick(2000) == Skipped(2000, 2000, "queue_full")
+    assert core.tick(2000) == Skipped(2000, 2000, SkipReason.QUEUE_FULL)
     core.settle(1000, Outcome(status="complete"))
     core.forget(1000)
     assert isinstance(core.tick(3000), Run)

@@ -73,7 +73,7 @@ async def test_an_invalid_start_input_fails_the_schedule_once_naming_the_field(
             await asyncio.wait_for(handle.result(), timeout=20)
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError)
-    assert (cause.type, cause.non_retryable) == ("InvalidScheduleInput", True)
+    assert (cause.type, cause.non_retryable) == ("InvalidStartInput", True)
     for named in ("max_concurrent_runs", "max_attempts", "overlap", "sometimes"):
         assert named in cause.message, (named, cause.message)
     kinds = await event_kinds(client, handle.id)

@@ -1,4 +1,4 @@
-"""The durable operation ledger (SPEC "Operation ledger", rules L1-L14).
+"""The durable operation ledger (docs/contract.md section 3, rules L1-L14).
 
 `core` is the pure state machine (no Temporal import), `workflow` the thin Temporal shell,
 `models` the wire shapes. Constants shared by the shell, the activities and the tests live here.

@@ -37,7 +37,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -53,11 +53,13 @@ from workflows.ledger.models import (
     LedgerConfig,
     LedgerInput,
     LedgerState,
+    Lenient,
     OperationIntent,
     OperationPhase,
     OperationRecord,
     ReleaseInput,
     RequestAction,
+    RequestPhase,
     RequestRecord,
     RequestReport,
     RequestStatus,
@@ -65,6 +67,7 @@ from workflows.ledger.models import (
     SkipInput,
 )
 from workflows.limits import MAX_JSON_DEPTH, id_problem, json_depth
+from workflows.validation import InvalidRequest as InvalidRequest
 from workflows.validation import format_validation_error, read_start_input
 
 MISSING_PARTICIPANTS = "missing_participants"
@@ -87,11 +90,15 @@ PERMANENT_BLOCKERS = frozenset({MISSING_PARTICIPANTS, INTERPRETER_UNAVAILABLE})
 MAX_BACKOFF_EXPONENT = 6
 
 
-class LedgerInputError(ValueError):
-    """Input rejected before anything is recorded; the message names the field and value."""
+# The ledger's refusals are `InvalidRequest`s, as the schedule's are; `LedgerInputError` is
+# the name they had in 0.1.0 (on the wire too, see `FORMER_REFUSAL_TYPES`), kept for one
+# release.
+LedgerInputError = InvalidRequest
+# What the ledger's refusal types were called in 0.1.0 (sent in each refusal's details).
+FORMER_REFUSAL_TYPES = {"InvalidRequest": "LedgerInputError"}
 
 
-class LedgerStopped(LedgerInputError):
+class LedgerStopped(InvalidRequest):
     """A message a stopped ledger no longer takes (`hold`, `resume`, `stop`); the class name is
     the rejection type clients see."""
 
@@ -109,32 +116,32 @@ def canvases_of(intent: OperationIntent) -> list[str]:
 
 
 def parse_enqueue(raw: Any) -> EnqueueInput:
-    """Parse an `enqueue` payload; a `LedgerInputError` names the bad field and value."""
+    """Parse an `enqueue` payload; an `InvalidRequest` names the bad field and value."""
     if not isinstance(raw, dict):
-        raise LedgerInputError(
+        raise InvalidRequest(
             f'invalid enqueue input: expected {{"operations": [...]}}, got {raw!r:.80}'
         )
     try:
         batch = EnqueueInput.model_validate(raw)
     except ValidationError as error:
-        raise LedgerInputError(format_validation_error("enqueue input", error)) from None
+        raise InvalidRequest(format_validation_error("enqueue input", error)) from None
     total = 0
     for index, intent in enumerate(batch.operations):
         size = len(json.dumps(intent.payload, separators=(",", ":")))
         if size > MAX_PAYLOAD_BYTES:
-            raise LedgerInputError(
+            raise InvalidRequest(
                 f"invalid enqueue input: operations.{index}.payload is {size} bytes as JSON, "
                 f"more than the limit of {MAX_PAYLOAD_BYTES}"
             )
         depth = json_depth(intent.payload)
         if depth > MAX_JSON_DEPTH:
-            raise LedgerInputError(
+            raise InvalidRequest(
                 f"invalid enqueue input: operations.{index}.payload nests {depth} levels deep, "
                 f"more than {MAX_JSON_DEPTH}"
             )
         total += json_size(intent)
     if total > MAX_BATCH_BYTES:
-        raise LedgerInputError(
+        raise InvalidRequest(
             f"invalid enqueue input: the batch is {total} bytes as JSON, more than the limit "
             f"of {MAX_BATCH_BYTES}: split it"
         )
@@ -155,7 +162,7 @@ def check_budget(state: LedgerState, batch: EnqueueInput) -> None:
     current = json_size(state)
     added = 2 * sum(json_size(intent) for intent in new)
     if current + added > STATE_BUDGET_BYTES:
-        raise LedgerInputError(
+        raise InvalidRequest(
             f"ledger is full: its state is {current} bytes and these {len(new)} operations "
             f"need about {added} more, over the budget of {STATE_BUDGET_BYTES}; enqueue again "
             "once operations resolve"
@@ -173,7 +180,7 @@ def check_enqueue(state: LedgerState, batch: EnqueueInput) -> None:
     first_index: dict[str, int] = {}
     for index, intent in enumerate(batch.operations):
         if intent.id in first_index:
-            raise LedgerInputError(
+            raise InvalidRequest(
                 f"invalid enqueue input: operations.{index}.id {intent.id!r} repeats "
                 f"operations.{first_index[intent.id]}.id in the same batch"
             )
@@ -181,7 +188,7 @@ def check_enqueue(state: LedgerState, batch: EnqueueInput) -> None:
     new = {i.id: i for i in batch.operations if not is_known(state, i.id)}
     cycle = _find_cycle(state, new)
     if cycle:
-        raise LedgerInputError(
+        raise InvalidRequest(
             "invalid enqueue input: dependency cycle " + " -> ".join(repr(c) for c in cycle)
         )
 
@@ -225,15 +232,15 @@ def _find_cycle(state: LedgerState, new: dict[str, OperationIntent]) -> list[str
 
 
 # Each message's payload is parsed by one function below (`validate_*` when the state can refuse
-# it too), before anything is recorded: `LedgerInputError` (or `LedgerStopped`) names what is
+# it too), before anything is recorded: `InvalidRequest` (or `LedgerStopped`) names what is
 # wrong. The shell turns it into the update's rejection, typed by the error's class name, or
 # drops the signal of the same name.
 
 
 def validate_enqueue(state: LedgerState, raw: Any) -> EnqueueInput:
-    """Everything the `enqueue` update validator checks; raises `LedgerInputError`."""
+    """Everything the `enqueue` update validator checks; raises `InvalidRequest`."""
     if state.stopped:
-        raise LedgerInputError("ledger is stopped: enqueue refused")
+        raise InvalidRequest("ledger is stopped: enqueue refused")
     batch = parse_enqueue(raw)
     check_enqueue(state, batch)
     check_budget(state, batch)
@@ -370,7 +377,7 @@ def begin_dispatch(state: LedgerState, op_id: str, request_id: str) -> None:
         holder = state.claims.get(canvas)
         if holder is not None and holder != request_id:
             raise RecoveryConflictError(f"canvas {canvas!r} is already claimed by {holder!r}")
-    record.phase = "dispatched"
+    record.phase = OperationPhase.DISPATCHED
     record.request_id = request_id
     state.compiling[op_id] = request_id
     for canvas in canvases_of(record.intent):
@@ -384,7 +391,7 @@ def abandon_dispatch(state: LedgerState, op_id: str) -> None:
         return
     _release_claims(state, request_id)
     record = state.operations[op_id]
-    record.phase = "pending"
+    record.phase = OperationPhase.PENDING
     record.request_id = None
 
 
@@ -465,7 +472,7 @@ def freeze(
     )
     state.requests[request_id] = request
     if protocol_version not in config.supported_protocol_versions:
-        request.phase = "blocked"
+        request.phase = RequestPhase.BLOCKED
         request.blocker = INTERPRETER_UNAVAILABLE
         _block_operation(
             record,
@@ -528,12 +535,12 @@ def plan_launches(state: LedgerState, config: LedgerConfig) -> list[str]:
 def mark_launched(state: LedgerState, request_id: str) -> RequestRecord:
     """The request's loop is starting again (same body, recorded action and attempt)."""
     request = state.requests[request_id]
-    request.phase = "in_flight"
+    request.phase = RequestPhase.IN_FLIGHT
     request.blocker = None
     request.launch += 1
     for op_id in request.operation_ids:
         record = state.operations[op_id]
-        record.phase = "dispatched"
+        record.phase = OperationPhase.DISPATCHED
         record.blockers = []
         record.error = None
     return request
@@ -626,9 +633,11 @@ def next_step(
     if status.outcome in ("applied", "rejected"):
         return Step("resolved", status, action)
     if status.blocked:
-        return Step("blocked", status, "query")
+        return Step("blocked", status, RequestAction.QUERY)
     following: RequestAction = (
-        "query" if action == "submit" or status.outcome == "accepted" else "submit"
+        RequestAction.QUERY
+        if action == RequestAction.SUBMIT or status.outcome == "accepted"
+        else RequestAction.SUBMIT
     )
     delay = retry_delay_ms(attempt, retry, status.retry_after_ms)
     return Step("retry", status, following, delay, now_ms + delay)
@@ -666,18 +675,18 @@ def record_finished(state: LedgerState, report: RequestReport) -> bool:
     request.retry_at = None
     status = normalize_status(report.status)
     if report.phase == "resolved":
-        request.phase = "resolved"
+        request.phase = RequestPhase.RESOLVED
         _release_claims(state, request.id)
         state.resolved_total += len(request.operation_ids)
         for op_id in request.operation_ids:
             record = state.operations[op_id]
-            record.phase = "resolved"
+            record.phase = OperationPhase.RESOLVED
             record.outcome = status.outcome
             record.error = None if status.error is None else status.error[:MAX_ERROR_LENGTH]
             record.blockers = []
         return True
     reason = status.error or "blocked"
-    request.phase = "blocked"
+    request.phase = RequestPhase.BLOCKED
     request.blocker = reason
     for op_id in request.operation_ids:
         _block_operation(state.operations[op_id], [reason], reason)
@@ -694,9 +703,9 @@ def request_interrupted(state: LedgerState, request_id: str, reason: str, stoppe
     if request is None or request.phase != "in_flight":
         return False
     if stopped:
-        request.phase = "frozen"
+        request.phase = RequestPhase.FROZEN
         return True
-    request.phase = "blocked"
+    request.phase = RequestPhase.BLOCKED
     request.blocker = reason
     for op_id in request.operation_ids:
         _block_operation(state.operations[op_id], [reason], reason)
@@ -715,7 +724,7 @@ def resume(state: LedgerState, config: LedgerConfig) -> list[str]:
             continue
         if request.body.get("protocol_version") not in config.supported_protocol_versions:
             continue
-        request.phase = "frozen"
+        request.phase = RequestPhase.FROZEN
         request.blocker = None
         touched.append(request.id)
     for record in state.operations.values():
@@ -723,7 +732,7 @@ def resume(state: LedgerState, config: LedgerConfig) -> list[str]:
             continue
         if any(b in PERMANENT_BLOCKERS for b in record.blockers):
             continue
-        record.phase = "pending"
+        record.phase = OperationPhase.PENDING
         record.blockers = []
         record.error = None
         touched.append(record.intent.id)
@@ -742,7 +751,7 @@ def validate_empty(state: LedgerState, message: str, raw: Any) -> EmptyInput:
     try:
         return EmptyInput.model_validate({} if raw is None else raw)
     except ValidationError as error:
-        raise LedgerInputError(format_validation_error(f"{message} input", error)) from None
+        raise InvalidRequest(format_validation_error(f"{message} input", error)) from None
 
 
 def parse_release(raw: Any) -> ReleaseInput:
@@ -750,14 +759,14 @@ def parse_release(raw: Any) -> ReleaseInput:
     try:
         return ReleaseInput.model_validate(raw)
     except ValidationError as error:
-        raise LedgerInputError(format_validation_error("release input", error)) from None
+        raise InvalidRequest(format_validation_error("release input", error)) from None
 
 
 def validate_release(state: LedgerState, raw: Any) -> ReleaseInput:
     """`release` as an update: the token must be one currently held."""
     release = parse_release(raw)
     if release.token not in state.holds:
-        raise LedgerInputError(f"invalid release input: token {release.token!r:.80} is not held")
+        raise InvalidRequest(f"invalid release input: token {release.token!r:.80} is not held")
     return release
 
 
@@ -766,7 +775,7 @@ def validate_skip(state: LedgerState, raw: Any) -> SkipInput:
     try:
         parsed = SkipInput.model_validate(raw)
     except ValidationError as error:
-        raise LedgerInputError(format_validation_error("skip input", error)) from None
+        raise InvalidRequest(format_validation_error("skip input", error)) from None
     check_skip(state, parsed.operation_id)
     return parsed
 
@@ -776,23 +785,23 @@ def parse_report(raw: Any) -> RequestReport:
     try:
         return RequestReport.model_validate(raw)
     except ValidationError as error:
-        raise LedgerInputError(format_validation_error("request report", error)) from None
+        raise InvalidRequest(format_validation_error("request report", error)) from None
 
 
 def check_skip(state: LedgerState, op_id: str) -> OperationRecord:
     """A skip is allowed for a known operation that is pending or blocked and not in flight."""
     record = state.operations.get(op_id)
     if record is None and op_id in state.forgotten:
-        raise LedgerInputError(f"invalid skip input: operation {op_id!r} is already resolved")
+        raise InvalidRequest(f"invalid skip input: operation {op_id!r} is already resolved")
     if record is None:
-        raise LedgerInputError(f"invalid skip input: operation_id {op_id!r} is not known")
+        raise InvalidRequest(f"invalid skip input: operation_id {op_id!r} is not known")
     if record.phase == "resolved":
-        raise LedgerInputError(f"invalid skip input: operation {op_id!r} is already resolved")
+        raise InvalidRequest(f"invalid skip input: operation {op_id!r} is already resolved")
     if op_id in state.compiling:
-        raise LedgerInputError(f"invalid skip input: operation {op_id!r} is compiling")
+        raise InvalidRequest(f"invalid skip input: operation {op_id!r} is compiling")
     request = state.requests.get(record.request_id or "")
     if request is not None and request.phase == "in_flight":
-        raise LedgerInputError(
+        raise InvalidRequest(
             f"invalid skip input: operation {op_id!r} has request {request.id!r} in flight"
         )
     return record
@@ -809,11 +818,11 @@ def skip(state: LedgerState, op_id: str, reason: str) -> None:
     record = check_skip(state, op_id)
     request = state.requests.get(record.request_id or "")
     if request is not None:
-        request.phase = "resolved"
+        request.phase = RequestPhase.RESOLVED
         request.blocker = None
         request.last_status = {"outcome": SKIPPED, "error": reason}
         _release_claims(state, request.id)
-    record.phase = "resolved"
+    record.phase = OperationPhase.RESOLVED
     record.outcome = SKIPPED
     state.resolved_total += 1
     record.error = reason
@@ -849,7 +858,7 @@ def recover(state: LedgerState) -> None:
     them) and rebuild claims from unresolved requests, refusing two claims on one canvas."""
     for op_id in list(state.compiling):
         record = state.operations[op_id]
-        record.phase = "pending"
+        record.phase = OperationPhase.PENDING
         record.request_id = None
     state.compiling = {}
     claims: dict[str, str] = {}
@@ -940,7 +949,7 @@ class SnapshotQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    phase: OperationPhase | None = None
+    phase: Annotated[OperationPhase | None, Lenient] = None
     after: int | None = None
     limit: int = Field(default=SNAPSHOT_PAGE_DEFAULT, ge=1, le=SNAPSHOT_PAGE_MAX)
 
@@ -949,7 +958,7 @@ def parse_snapshot_query(raw: Any) -> SnapshotQuery:
     try:
         return SnapshotQuery.model_validate(raw or {})
     except ValidationError as error:
-        raise LedgerInputError(format_validation_error("snapshot query", error)) from None
+        raise InvalidRequest(format_validation_error("snapshot query", error)) from None
 
 
 def counts(state: LedgerState) -> dict[str, Any]:
@@ -1082,7 +1091,7 @@ def _stale(request: RequestRecord, report: RequestReport) -> bool:
 
 
 def _block_operation(record: OperationRecord, blockers: list[str], error: str) -> None:
-    record.phase = "blocked"
+    record.phase = OperationPhase.BLOCKED
     record.blockers = [blocker[:MAX_ERROR_LENGTH] for blocker in blockers]
     record.error = error[:MAX_ERROR_LENGTH]
 

@@ -1,11 +1,12 @@
-"""Wire shapes of the operation ledger (SPEC "Operation ledger") and its carried state.
+"""Wire shapes of the operation ledger (docs/contract.md, section 3) and its carried state.
 
 Field names are the public contract: snake_case, times in epoch ms, durations in `*_ms`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from enum import StrEnum
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
@@ -19,10 +20,43 @@ MAX_PAYLOAD_BYTES = 16 * 1024  # one operation's payload, as JSON
 MAX_BATCH_OPERATIONS = 100
 MAX_BATCH_BYTES = 128 * 1024  # one enqueue, as JSON
 
-OperationPhase = Literal["pending", "dispatched", "resolved", "blocked"]
-RequestPhase = Literal["frozen", "in_flight", "resolved", "blocked"]
-RequestAction = Literal["submit", "query"]
-RequestOutcome = Literal["applied", "rejected", "accepted", "unresolved"]
+
+class OperationPhase(StrEnum):
+    """Where an operation is (the snapshot's `phase`)."""
+
+    PENDING = "pending"
+    DISPATCHED = "dispatched"
+    RESOLVED = "resolved"
+    BLOCKED = "blocked"
+
+
+class RequestPhase(StrEnum):
+    """Where a frozen request is."""
+
+    FROZEN = "frozen"
+    IN_FLIGHT = "in_flight"
+    RESOLVED = "resolved"
+    BLOCKED = "blocked"
+
+
+class RequestAction(StrEnum):
+    """What a request sends next: its body (`submit`) or a status check (`query`)."""
+
+    SUBMIT = "submit"
+    QUERY = "query"
+
+
+class RequestOutcome(StrEnum):
+    """What the far side answered for a request."""
+
+    APPLIED = "applied"
+    REJECTED = "rejected"
+    ACCEPTED = "accepted"
+    UNRESOLVED = "unresolved"
+
+
+# An enum field of a strict model still takes the enum's value from decoded JSON.
+Lenient = Field(strict=False)
 
 MAX_INT32 = 2**31 - 1
 
@@ -157,7 +191,7 @@ class RequestStatus(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    outcome: RequestOutcome = "unresolved"
+    outcome: Annotated[RequestOutcome, Lenient] = RequestOutcome.UNRESOLVED
     error: str | None = None
     retry_after_ms: int | None = None
     canonical: JsonValue = None
@@ -169,7 +203,7 @@ class OperationRecord(BaseModel):
 
     intent: OperationIntent
     sequence: int
-    phase: OperationPhase = "pending"
+    phase: Annotated[OperationPhase, Lenient] = OperationPhase.PENDING
     blockers: list[str] = Field(default_factory=list)
     request_id: str | None = None
     outcome: str | None = None
@@ -184,10 +218,10 @@ class RequestRecord(BaseModel):
     operation_type: str
     canvas_ids: list[str]
     body: dict[str, Any]
-    phase: RequestPhase = "frozen"
+    phase: Annotated[RequestPhase, Lenient] = RequestPhase.FROZEN
     attempt: int = 0
     retry_at: int | None = None
-    retry_action: RequestAction = "submit"
+    retry_action: Annotated[RequestAction, Lenient] = RequestAction.SUBMIT
     last_status: dict[str, Any] | None = None
     blocker: str | None = None
     # How many times its loop was started; reports from an earlier loop are ignored.
@@ -231,7 +265,7 @@ class FrozenRequestInput(BaseModel):
 
     ledger_id: BoundedId
     request: dict[str, Any]
-    next_action: RequestAction = "submit"
+    next_action: Annotated[RequestAction, Lenient] = RequestAction.SUBMIT
     attempt: int = 0
     launch: int = 1
     not_before: int | None = None
@@ -252,9 +286,9 @@ class RequestReport(BaseModel):
     """What a `FrozenRequest` signals to its ledger (`request_progress`/`request_finished`)."""
 
     request_id: str
-    phase: RequestPhase
+    phase: Annotated[RequestPhase, Lenient]
     status: dict[str, Any]
     attempt: int
-    next_action: RequestAction
+    next_action: Annotated[RequestAction, Lenient]
     retry_at: int | None = None
     launch: int | None = None

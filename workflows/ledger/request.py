@@ -17,7 +17,6 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
-    ApplicationError,
     ChildWorkflowError,
     FailureError,
     WorkflowAlreadyStartedError,
@@ -28,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from workflows import SANDBOXED
-    from workflows.kernel import ShellKernel, now_ms
+    from workflows.kernel import ShellKernel, now_ms, refusal
     from workflows.ledger import (
         FROZEN_REQUEST_WORKFLOW,
         core,
@@ -41,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
         LedgerState,
         RequestReport,
     )
-    from workflows.validation import format_validation_error
+    from workflows.validation import INVALID_START_INPUT, format_validation_error
 
 # The FrozenRequest loop owns retries (L7, L8): one activity attempt per submit/query.
 SEND_RETRY = RetryPolicy(maximum_attempts=1)
@@ -115,11 +114,9 @@ class FrozenRequestWorkflow:
         try:
             input = FrozenRequestInput.model_validate(input)
         except ValidationError as error:
-            raise ApplicationError(
-                format_validation_error("FrozenRequest input", error),
-                type="InvalidFrozenRequestInput",
-                non_retryable=True,
-            ) from None
+            message = format_validation_error("FrozenRequest input", error)
+            former = {INVALID_START_INPUT: "InvalidFrozenRequestInput"}
+            raise refusal(message, INVALID_START_INPUT, former) from None
         request_id = str(input.request["id"])
         ledger = workflow.get_external_workflow_handle(ledger_workflow_id(input.ledger_id))
         if input.not_before is not None and input.not_before > now_ms():
@@ -265,7 +262,7 @@ class RequestRuns:
             return
         try:
             report = core.parse_report(result)
-        except core.LedgerInputError:
+        except core.InvalidRequest:
             workflow.logger.warning("request %s returned %r", request_id, result)
             return
         core.finish(state, self._config, report)

@@ -71,7 +71,9 @@ class OperationLedgerWorkflow:
             self._recovery_error = str(error)
         self._compiles: dict[str, asyncio.Task[None]] = {}
         self._kernel = ShellKernel(
-            core.LedgerInputError, lambda: core.count_dropped_signal(self._state)
+            core.InvalidRequest,
+            lambda: core.count_dropped_signal(self._state),
+            core.FORMER_REFUSAL_TYPES,
         )
         self._requests = RequestRuns(
             self._ledger_id,
@@ -349,7 +351,7 @@ class OperationLedgerWorkflow:
     def snapshot(self, raw: Any = None) -> dict[str, Any]:
         """One page of operations with their requests, counts per phase, claims, holds.
         Optional argument: `{"phase", "after", "limit"}` (see `core.SnapshotQuery`)."""
-        with rejected_as(core.LedgerInputError):
+        with rejected_as(core.InvalidRequest, former_types=core.FORMER_REFUSAL_TYPES):
             query = core.parse_snapshot_query(raw)
         return core.snapshot(self._state, query)
 

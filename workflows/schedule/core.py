@@ -23,19 +23,17 @@ from workflows.schedule.models import (
     CancelRequest,
     JitterRange,
     Outcome,
+    OverlapPolicy,
     RunError,
     RunStatus,
     ScheduleInput,
     SetRequest,
+    SkipReason,
 )
+from workflows.validation import InvalidRequest as InvalidRequest
 from workflows.validation import read_start_input
 
 Pick = Callable[[int], int]
-
-
-class InvalidRequest(ValueError):
-    """A message is refused; the message names the field and the value. The class name is
-    the rejection's stable type on the wire (a subclass per kind of refusal)."""
 
 
 class NoRoomForRuns(InvalidRequest):
@@ -108,12 +106,12 @@ class ScheduleState(BaseModel):
 # `set.params` as JSON; every run carries the params of the version it ran under.
 MAX_PARAMS_BYTES = 8 * 1024
 MAX_EXPRESSION_LENGTH = 500
-QUEUE_FULL = "queue_full"
-# A tick skipped by the overlap policy ("skip", "buffer_one") rather than by max_queued_runs.
-OVERLAP = "overlap"
 # How many runs may wait for a slot under each overlap policy (`max_queued_runs` caps all).
-OVERLAP_QUEUE_LIMIT = {"queue": None, "skip": 0, "buffer_one": 1}
-STATE_BUDGET = "state_budget"
+OVERLAP_QUEUE_LIMIT = {
+    OverlapPolicy.QUEUE: None,
+    OverlapPolicy.SKIP: 0,
+    OverlapPolicy.BUFFER_ONE: 1,
+}
 
 
 class ScheduleWorkflowInput(ScheduleInput):
@@ -159,7 +157,7 @@ class Skipped:
 
     scheduled_time: int
     due_at: int
-    reason: str
+    reason: SkipReason
 
 
 MAX_BACKFILL_RUNS = 100
@@ -288,13 +286,13 @@ class ScheduleCore:
         max_queued_runs, max_dead_letters = settings.max_queued_runs, settings.max_dead_letters
         limit = OVERLAP_QUEUE_LIMIT[overlap]
         self.max_queued_runs = max_queued_runs if limit is None else min(limit, max_queued_runs)
-        self.full_reason = QUEUE_FULL if limit is None else OVERLAP
+        self.full_reason = SkipReason.QUEUE_FULL if limit is None else SkipReason.OVERLAP
         self.overlap = overlap
         self.max_dead_letters = max_dead_letters
 
     # --- bounds (the queue and the carried state) ---
 
-    def room_for(self, count: int, params: dict[str, Any]) -> str | None:
+    def room_for(self, count: int, params: dict[str, Any]) -> SkipReason | None:
         """Why `count` more runs with `params` cannot be recorded now, or None: they would
         wait beyond `max_queued_runs` (runs that can start at once do not wait), or take the
         carried state past STATE_BUDGET_BYTES."""
@@ -303,7 +301,7 @@ class ScheduleCore:
             return self.full_reason
         run_bytes = len(json.dumps(params, separators=(",", ":"), default=str)) + 200
         if len(self.state.model_dump_json()) + count * run_bytes > STATE_BUDGET_BYTES:
-            return STATE_BUDGET
+            return SkipReason.STATE_BUDGET
         return None
 
     def check_live(self, what: str) -> StoredSchedule:
@@ -317,14 +315,14 @@ class ScheduleCore:
         """Raise InvalidRequest when `count` more runs of the live version do not fit."""
         stored = self.state.schedule
         reason = self.room_for(count, stored.params if stored is not None else {})
-        if reason in (QUEUE_FULL, OVERLAP):
-            policy = "" if reason == QUEUE_FULL else f" (overlap {self.overlap!r})"
+        if reason in (SkipReason.QUEUE_FULL, SkipReason.OVERLAP):
+            policy = "" if reason == SkipReason.QUEUE_FULL else f" (overlap '{self.overlap}')"
             raise NoRoomForRuns(
                 f"{what} refused: {count} more run(s) would pass max_queued_runs="
                 f"{self.max_queued_runs}{policy} ({self.queued_count()} queued, "
                 f"{self.running_count()} running of {self.max_concurrent_runs})"
             )
-        if reason == STATE_BUDGET:
+        if reason == SkipReason.STATE_BUDGET:
             raise NoRoomForRuns(
                 f"{what} refused: {count} more run(s) would take the schedule's state past "
                 f"{STATE_BUDGET_BYTES} bytes"

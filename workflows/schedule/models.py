@@ -1,5 +1,5 @@
-"""Wire models of the schedule (SPEC "Schedule"), shared by the core, the workflows and the
-activities. Field names are the public JSON names."""
+"""Wire models of the schedule (docs/contract.md section 2), shared by the core, the
+workflows and the activities. Field names are the public JSON names."""
 
 from __future__ import annotations
 
@@ -33,6 +33,28 @@ class OutcomeRetries(BaseModel):
         return self
 
 
+class OverlapPolicy(StrEnum):
+    """What a tick does when every slot is busy (the `overlap` start field)."""
+
+    # Wait in the durable queue, up to `max_queued_runs`.
+    QUEUE = "queue"
+    # Skipped at once (native Schedules' default).
+    SKIP = "skip"
+    # Wait only if no other run does (APScheduler-like coalescing).
+    BUFFER_ONE = "buffer_one"
+
+
+class SkipReason(StrEnum):
+    """Why a due tick was skipped instead of recorded as a run (its `skipped` event)."""
+
+    # The queue was at `max_queued_runs`.
+    QUEUE_FULL = "queue_full"
+    # The overlap policy (`skip`, `buffer_one`) left it no place.
+    OVERLAP = "overlap"
+    # Its run would take the carried state past the budget.
+    STATE_BUDGET = "state_budget"
+
+
 class ScheduleInput(BaseModel):
     """Start input of `DurabilitySchedule`; every field is optional."""
 
@@ -44,10 +66,8 @@ class ScheduleInput(BaseModel):
     # Dead-lettered outcomes kept for the `dead_letters` query and `redeliver` (oldest
     # dropped first); each carries its run's params, so the bound keeps the state small.
     max_dead_letters: int = Field(10, ge=0, le=20)
-    # What a tick does when every slot is busy: "queue" waits in the durable queue (up to
-    # max_queued_runs), "skip" is skipped at once (native Schedules' default), "buffer_one"
-    # waits only if no other run does (APScheduler-like coalescing); see OVERLAP_QUEUE_LIMIT.
-    overlap: Literal["queue", "skip", "buffer_one"] = "queue"
+    # What a tick does when every slot is busy; see OVERLAP_QUEUE_LIMIT.
+    overlap: OverlapPolicy = OverlapPolicy.QUEUE
     run_timeout_ms: int = Field(900_000, ge=1, le=MAX_DELAY_MS)
     run_heartbeat_timeout_ms: int | None = Field(None, ge=1, le=MAX_DELAY_MS)
     outcome_timeout_ms: int = Field(60_000, ge=1, le=MAX_DELAY_MS)

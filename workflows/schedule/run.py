@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from workflows import SANDBOXED
-    from workflows.kernel import ShellKernel, now_ms
+    from workflows.kernel import ShellKernel, now_ms, refusal
     from workflows.schedule import RUN_WORKFLOW_TYPE
     from workflows.schedule.core import Run, ScheduleCore
     from workflows.schedule.lifecycle import Lifecycle
@@ -60,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         run_workflow_id,
     )
     from workflows.schedule.status import iso
+    from workflows.validation import INVALID_START_INPUT, format_validation_error
 
 # Internal signal, schedule -> run (not part of the wire contract): report by signal from now
 # on, not by completing.
@@ -92,11 +93,9 @@ class ScheduledRunWorkflow:
         try:
             self._input = run_input = ScheduledRunInput.model_validate(input)
         except ValidationError as error:
-            raise ApplicationError(
-                f"invalid ScheduledRun input: {error}",
-                type="InvalidScheduledRunInput",
-                non_retryable=True,
-            ) from None
+            message = format_validation_error("ScheduledRun input", error)
+            former = {INVALID_START_INPUT: "InvalidScheduledRunInput"}
+            raise refusal(message, INVALID_START_INPUT, former) from None
         scheduled_time = run_input.run.scheduled_time
         self._lifecycle = Lifecycle(run_input.settings)
         self._emit("started")

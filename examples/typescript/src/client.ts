@@ -43,7 +43,7 @@ export const DEFAULT_TASK_QUEUE = 'durability';
 export class RejectedError extends Error {
   constructor(
     message: string,
-    /** The rejection `type` (contract 2.8, 3.8), e.g. `InvalidRequest`, `LedgerInputError`. */
+    /** The rejection `type` (contract 2.8, 3.8), e.g. `InvalidRequest`, `LedgerStopped`. */
     readonly type: string | undefined,
     readonly update: string,
     readonly workflowId: string,

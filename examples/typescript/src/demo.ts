@@ -177,7 +177,7 @@ async function main(client: DurabilityClient): Promise<Record<string, unknown>> 
   const cycle = await rejection('enqueue of a cycle', () =>
     client.enqueue(ledgerId, [{ id: 'op-4', operation_type: 'shape.move', dependencies: ['op-4'] }]),
   );
-  expect(cycle === 'LedgerInputError', `enqueue of a cycle refused as ${cycle}`);
+  expect(cycle === 'InvalidRequest', `enqueue of a cycle refused as ${cycle}`);
 
   // Poll whole snapshots (one query: a consistent view) until every operation resolved.
   const observed: Record<string, OperationPhase[]> = {};

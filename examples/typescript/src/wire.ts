@@ -258,4 +258,4 @@ export interface Snapshot {
 }
 
 /** 3.8 Rejection `type`s of the ledger's updates and query. */
-export type LedgerRejection = 'LedgerInputError' | 'LedgerStopped';
+export type LedgerRejection = 'InvalidRequest' | 'LedgerStopped';
