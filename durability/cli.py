@@ -378,10 +378,8 @@ async def ledger_claims(client: DurabilityClient, args: argparse.Namespace) -> A
 
 def show_snapshot(result: Any, args: argparse.Namespace) -> str:
     operations = result.get("operations", [])
-    if isinstance(operations, dict):
-        operations = list(operations.values())
     rows = [
-        (op.get("id") or op.get("intent", {}).get("id"), op.get("phase"),
+        (op.get("id"), op.get("phase"),
          ",".join(op.get("blockers") or []) or None,
          ",".join(op.get("waiting_for") or []) or None, op.get("request_id"), op.get("outcome"))
         for op in operations
@@ -398,8 +396,6 @@ def show_snapshot(result: Any, args: argparse.Namespace) -> str:
         more = result.get("next_after")
         parts.append(f"operations: {summary}" + (f"; next page: --after {more}" if more else ""))
     requests = result.get("requests", [])
-    if isinstance(requests, dict):
-        requests = list(requests.values())
     if requests:
         request_rows = [
             (rq.get("id"), rq.get("phase"), rq.get("attempt"), iso(rq.get("retry_at")),

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from durability.run import DEMO
-from tests.support.helpers import PROJECT_ROOT, subprocess_env
-from tests.support.server import free_port
+from tests.support.helpers import PROJECT_ROOT, start_run_stack
 
 README = PROJECT_ROOT / "README.md"
 VENV_BIN = Path(sys.executable).parent
@@ -161,34 +160,13 @@ def test_the_walkthrough_is_read_as_steps_with_their_outputs() -> None:
 
 async def test_the_readme_walkthrough_runs_as_written_against_make_run(tmp_path: Path) -> None:
     steps = walkthrough_steps(README.read_text())
-    port, ui_port = free_port(), free_port()
-    address = f"127.0.0.1:{port}"
     data_dir, cwd = tmp_path / "data", tmp_path / "cwd"
     cwd.mkdir()
-    stack_env = subprocess_env(
-        address,
-        DURABILITY_DEV_PORT=str(port),
-        DURABILITY_UI_PORT=str(ui_port),
-        DURABILITY_DATA_DIR=str(data_dir),
-        DURABILITY_DRAIN_SECONDS="2",
-    )
-    stack = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "durability.run",
-        env=stack_env,
-        cwd=PROJECT_ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
+    run_stack = await start_run_stack(data_dir)
+    stack, address = run_stack.process, run_stack.address
     assert stack.stdout is not None
     drain: asyncio.Task[bytes] | None = None
     try:
-        seen = b""
-        while b"worker polling task queue" not in seen:
-            line = await asyncio.wait_for(stack.stdout.readline(), timeout=60)
-            assert line, seen.decode()[-2000:]
-            seen += line
         drain = asyncio.create_task(stack.stdout.read())  # keep the pipe from filling
         user_env = dict(
             os.environ,

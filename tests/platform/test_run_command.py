@@ -5,39 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 from pathlib import Path
 
-from tests.support.helpers import PROJECT_ROOT, subprocess_env
-from tests.support.server import free_port
+from tests.support.helpers import start_run_stack
 
 
 async def test_ctrl_c_stops_worker_then_server_and_the_server_log_goes_to_its_file(
     tmp_path: Path,
 ) -> None:
-    port, ui_port = free_port(), free_port()
-    env = subprocess_env(
-        f"127.0.0.1:{port}",
-        DURABILITY_DEV_PORT=str(port),
-        DURABILITY_UI_PORT=str(ui_port),
-        DURABILITY_DATA_DIR=str(tmp_path),
-        DURABILITY_DRAIN_SECONDS="2",
-    )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "durability.run",
-        env=env,
-        cwd=PROJECT_ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    assert process.stdout is not None
-    seen = b""
-    while b"worker polling task queue" not in seen:  # the worker is up and polling
-        line = await asyncio.wait_for(process.stdout.readline(), timeout=60)
-        assert line, seen.decode()[-2000:]
-        seen += line
+    stack = await start_run_stack(tmp_path)
+    process, seen = stack.process, stack.printed
     process.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
     rest, _ = await asyncio.wait_for(process.communicate(), timeout=60)
     terminal = (seen + rest).decode()

@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from temporalio.worker import Replayer, Worker
 from durability.connect import data_converter
 from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli
 from durability.registry import all_workflows, builtin_activities, workflow_runner
+from tests.support.server import free_port
 from workflows import search_attributes
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
@@ -138,6 +140,46 @@ def subprocess_env(address: str, **extra: str) -> dict[str, str]:
     )
     env.update(extra)
     return env
+
+
+@dataclass
+class RunStack:
+    """`python -m durability.run` (what `make run` runs), started by `start_run_stack`."""
+
+    process: asyncio.subprocess.Process
+    address: str
+    # What it printed up to its worker's first poll.
+    printed: bytes
+
+
+async def start_run_stack(data_dir: Path) -> RunStack:
+    """Start `make run`'s stack (dev server, UI, worker) on free ports with its data in
+    `data_dir`; returns once its worker polls. Its output stays on `process.stdout`."""
+    port, ui_port = free_port(), free_port()
+    address = f"127.0.0.1:{port}"
+    env = subprocess_env(
+        address,
+        DURABILITY_DEV_PORT=str(port),
+        DURABILITY_UI_PORT=str(ui_port),
+        DURABILITY_DATA_DIR=str(data_dir),
+        DURABILITY_DRAIN_SECONDS="2",
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "durability.run",
+        env=env,
+        cwd=PROJECT_ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    assert process.stdout is not None
+    seen = b""
+    while b"worker polling task queue" not in seen:  # the worker is up and polling
+        line = await asyncio.wait_for(process.stdout.readline(), timeout=60)
+        assert line, seen.decode()[-2000:]
+        seen += line
+    return RunStack(process, address, seen)
 
 
 async def temporal(
