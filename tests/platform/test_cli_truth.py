@@ -148,7 +148,7 @@ async def test_closed_ids_say_closed_and_are_reborn_only_with_new(
             dev_server_address, *queue, "--json", "ledger", "enqueue", ledger_id, "--file",
             str(ops), "--new",
         )  # fmt: skip
-        assert json.loads(new.stdout) == {"accepted": ["op-1"], "duplicates": []}
+        assert json.loads(new.stdout) == {"accepted": ["op-1"], "duplicates": [], "conflicts": []}
     for workflow_id in (f"schedule:{object_id}", f"ledger:{ledger_id}"):
         await client.get_workflow_handle(workflow_id).terminate("test done")
 

@@ -249,7 +249,7 @@ async def test_a_stopped_ledger_is_closed_and_takes_an_enqueue_only_with_new(
         assert refused_start.value.start_refused
         # A new ledger under the ID: op-1 is a new operation there, not a duplicate.
         again = await durability.enqueue(ledger_id, [operation], new=True)
-        assert again == {"accepted": ["op-1"], "duplicates": []}
+        assert again == {"accepted": ["op-1"], "duplicates": [], "conflicts": []}
         await client.get_workflow_handle(f"ledger:{ledger_id}").terminate("test done")
 
 
