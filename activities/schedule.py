@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 import httpx
 from opentelemetry import trace
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from workflows.schedule.models import (
     Outcome,
@@ -366,16 +366,38 @@ class ScheduleActivities:
                     follow_redirects=False,  # a redirect could leave the allowlist
                 )
             except httpx.HTTPError as error:
-                raise ApplicationError(
-                    f"POST {url} failed: {error!r}", type="WebhookTransportError"
+                raise _webhook_failure(
+                    f"POST {url} failed: {error!r}",
+                    "WebhookTransportError",
+                    far_side=isinstance(error, httpx.TransportError),
                 ) from error
         if not response.is_success:
             redirect = " (webhook redirects are not followed)" if response.is_redirect else ""
-            raise ApplicationError(
+            raise _webhook_failure(
                 f"POST {url} answered {response.status_code}{redirect}: "
                 f"{response.text[:_EXCERPT_CHARS]}",
-                type=WebhookError.__name__,
+                WebhookError.__name__,
+                far_side=response.status_code in _FAR_SIDE_STATUSES,
             )
+
+
+# Answers that say the far side is down, overloaded or slow, not that the request is wrong.
+_FAR_SIDE_STATUSES = frozenset({408, 425, 429, *range(500, 600)})
+
+
+def _webhook_failure(message: str, type: str, *, far_side: bool) -> ApplicationError:
+    """The retryable error a failed webhook call raises.
+
+    A far-side failure (`far_side`: unreachable, timed out, 408/425/429/5xx) that Temporal
+    will retry is expected: it is raised as a benign error, which the SDK's worker logs at
+    DEBUG without a traceback, and logged here as one warning line. Anything else (another
+    4xx or 3xx, the last attempt) is logged by the SDK as every activity failure is.
+    """
+    error = ApplicationError(message, type=type)
+    if not far_side or not _will_retry(error):
+        return error
+    log.warning("%s (attempt %d; retried)", message, activity.info().attempt)
+    return ApplicationError(message, type=type, category=ApplicationErrorCategory.BENIGN)
 
 
 def _url(run: ScheduledRunObject, key: str) -> str:

@@ -30,22 +30,17 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from temporalio.client import WorkflowQueryFailedError
-from temporalio.service import RPCError
+from durability.settings import ConfigurationError
 
-from durability.client import (
-    ClosedError,
-    DurabilityClient,
-    NotFoundError,
-    RejectedError,
-    UnansweredError,
-)
-from durability.connect import ConfigurationError
-from durability.tracing import configure_tracing
+# The Temporal client, the workflows' validators and OpenTelemetry are imported only by the
+# commands that talk to Temporal (`run_command`): `--help`, a usage error or a bad JSON
+# option answer without loading them.
+if TYPE_CHECKING:
+    from durability.client import DurabilityClient
 
-Command = Callable[[DurabilityClient, argparse.Namespace], Coroutine[Any, Any, Any]]
+Command = Callable[["DurabilityClient", argparse.Namespace], Coroutine[Any, Any, Any]]
 Show = Callable[[Any, argparse.Namespace], str]
 
 
@@ -674,6 +669,9 @@ def parse_inputs(args: argparse.Namespace) -> None:
 
 
 async def execute(args: argparse.Namespace) -> Any:
+    from durability.client import DurabilityClient
+    from durability.tracing import configure_tracing
+
     tracing = configure_tracing("durability-cli")
     try:
         client = await DurabilityClient.connect(args.task_queue)
@@ -696,6 +694,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.group == "codec-server":
             return run_codec_server(args)
         parse_inputs(args)
+    except (UsageError, ConfigurationError, ValueError, OSError) as error:
+        return fail(str(error), 2)
+    except Exception as error:  # never a traceback: one line naming what went wrong
+        return fail(f"{type(error).__name__}: {error}", 1)
+    return run_command(args)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a schedule or ledger command against Temporal and print its result; returns the
+    exit code."""
+    from temporalio.client import WorkflowQueryFailedError
+    from temporalio.service import RPCError
+
+    from durability.client import ClosedError, NotFoundError, RejectedError, UnansweredError
+
+    try:
         result = asyncio.run(execute(args))
     except UnansweredError as error:  # a TimeoutError, so an OSError: before that clause
         return fail(str(error), 1)

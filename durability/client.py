@@ -15,9 +15,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from pydantic import ValidationError
 from temporalio.api.errordetails.v1 import (
     MultiOperationExecutionFailure,
     WorkflowNotReadyFailure,
@@ -42,12 +41,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from durability.connect import connect, task_queue
 from workflows import search_attributes
 from workflows.ledger import LEDGER_WORKFLOW as LEDGER_WORKFLOW
-from workflows.ledger import core as ledger_core
 from workflows.ledger import ledger_workflow_id as ledger_workflow_id
-from workflows.ledger.models import LedgerState, SkipInput
-from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron
-from workflows.schedule import core as schedule_core
-from workflows.schedule.cron import NextOccurrence
+from workflows.schedule import SCHEDULE_WORKFLOW_TYPE
 from workflows.schedule.models import schedule_workflow_id as schedule_workflow_id
 from workflows.validation import (
     FORMER_TYPE,
@@ -55,6 +50,11 @@ from workflows.validation import (
     InvalidRequest,
     format_validation_error,
 )
+
+# The workflows' validators (their state machines, the cron reader and the ledger's models) are
+# imported by the calls that check input with them: a command that only reads loads none.
+if TYPE_CHECKING:
+    from workflows.schedule.cron import NextOccurrence
 
 # How many times an update Temporal aborted unapplied is sent (see `_send_update`).
 UPDATE_ATTEMPTS = 5
@@ -295,6 +295,8 @@ def _start_refused(
 def schedule_start_input(object_id: str, options: Any = None) -> dict[str, Any]:
     """The schedule's start input for `options`; RejectedError (`InvalidStartInput`) naming
     the field when a new schedule would fail on it."""
+    from workflows.schedule import core as schedule_core
+
     workflow_id = schedule_workflow_id(object_id)
     kind = "InvalidScheduleInput"
     start_input = _start_input("object_id", object_id, options, "carried", workflow_id, kind)
@@ -306,6 +308,8 @@ def schedule_start_input(object_id: str, options: Any = None) -> dict[str, Any]:
 def ledger_start_input(ledger_id: str, options: Any = None) -> dict[str, Any]:
     """The ledger's start input for `options`; RejectedError (`InvalidStartInput`) naming the
     field when a new ledger would fail on it."""
+    from workflows.ledger import core as ledger_core
+
     workflow_id = ledger_workflow_id(ledger_id)
     kind = "InvalidLedgerInput"
     start_input = _start_input("ledger_id", ledger_id, options, "carried_state", workflow_id, kind)
@@ -325,19 +329,34 @@ def _checked(workflow_id: str, message: str, check: Callable[[], object]) -> Non
         ) from None
 
 
-def _validated(parse: Callable[[Any], object], what: str) -> Callable[[Any], object]:
-    """A pydantic model's validation, refused as the ledger refuses it."""
+def _check_cancel(payload: Any) -> object:
+    from workflows.schedule import core as schedule_core
 
-    def check(raw: Any) -> object:
-        try:
-            return parse(raw)
-        except ValidationError as error:
-            raise InvalidRequest(format_validation_error(what, error)) from None
-
-    return check
+    return schedule_core.parse_cancel(payload)
 
 
-_check_skip = _validated(SkipInput.model_validate, "skip input")
+def _check_release(payload: Any) -> object:
+    from workflows.ledger import core as ledger_core
+
+    return ledger_core.parse_release(payload)
+
+
+def _check_snapshot(page: Any) -> object:
+    from workflows.ledger import core as ledger_core
+
+    return ledger_core.parse_snapshot_query(page)
+
+
+def _check_skip(raw: Any) -> object:
+    """The ledger's validation of a skip input, refused as the ledger refuses it."""
+    from pydantic import ValidationError
+
+    from workflows.ledger.models import SkipInput
+
+    try:
+        return SkipInput.model_validate(raw)
+    except ValidationError as error:
+        raise InvalidRequest(format_validation_error("skip input", error)) from None
 
 
 @dataclass(frozen=True)
@@ -360,22 +379,28 @@ def _set_message(
     jitter_max_ms: int | None,
     params: Any,
     options: Any,
-    next_occurrence: NextOccurrence,
+    next_occurrence: NextOccurrence | None,
 ) -> _WithStart:
     """What `set_schedule` and `signal_set_schedule` send (`options` is the start input),
-    checked as the workflow checks it."""
+    checked as the workflow checks it (with the built-in cron reading unless
+    `next_occurrence` is given)."""
+    from workflows.schedule import core as schedule_core
+    from workflows.schedule import cron
+
+    reading = next_occurrence or cron.next_occurrence
     start_input = schedule_start_input(object_id, options)
     payload = set_payload(expression, version, jitter_ms, jitter_max_ms, params)
     workflow_id = schedule_workflow_id(object_id)
-    _checked(
-        workflow_id, "set", lambda: schedule_core.parse_set(payload, next_occurrence, _now_ms())
-    )
+    _checked(workflow_id, "set", lambda: schedule_core.parse_set(payload, reading, _now_ms()))
     return _WithStart(SCHEDULE_WORKFLOW, workflow_id, start_input, "set", payload)
 
 
 def _enqueue_message(ledger_id: str, operations: Any, options: Any) -> _WithStart:
     """What `enqueue` and `signal_enqueue` send (`options` is the start input), checked as a
     new ledger checks it (a running one also refuses a cycle through its own operations)."""
+    from workflows.ledger import core as ledger_core
+    from workflows.ledger.models import LedgerState
+
     start_input = ledger_start_input(ledger_id, options)
     if isinstance(operations, Sequence) and not isinstance(operations, str):
         operations = [dict(op) if isinstance(op, Mapping) else op for op in operations]
@@ -462,12 +487,12 @@ class DurabilityClient:
         task_queue_name: str | None = None,
         *,
         update_timeout: timedelta | None = UPDATE_TIMEOUT,
-        next_occurrence: NextOccurrence = cron.next_occurrence,
+        next_occurrence: NextOccurrence | None = None,
     ) -> None:
         """`update_timeout` bounds each update call (`UnansweredError`); None waits forever.
-        `next_occurrence` checks a `set` expression before it is sent: a deployment whose
-        schedule reads its own expressions passes its own (the workflow's validator still
-        decides on a running schedule)."""
+        `next_occurrence` checks a `set` expression before it is sent (default: the built-in
+        cron reading): a deployment whose schedule reads its own expressions passes its own
+        (the workflow's validator still decides on a running schedule)."""
         self.temporal = client
         self.task_queue = task_queue_name or task_queue()
         self.update_timeout = update_timeout
@@ -707,13 +732,13 @@ class DurabilityClient:
         with no schedule raises NotFoundError."""
         workflow_id = schedule_workflow_id(object_id)
         payload = _cancel_payload(version)
-        _checked(workflow_id, "cancel", lambda: schedule_core.parse_cancel(payload))
+        _checked(workflow_id, "cancel", lambda: _check_cancel(payload))
         return bool(await self._update(workflow_id, "cancel", payload, bool))
 
     async def signal_cancel_schedule(self, object_id: str, version: int | None = None) -> None:
         workflow_id = schedule_workflow_id(object_id)
         payload = _cancel_payload(version)
-        _checked(workflow_id, "cancel", lambda: schedule_core.parse_cancel(payload))
+        _checked(workflow_id, "cancel", lambda: _check_cancel(payload))
         await self._signal(workflow_id, "cancel", payload)
 
     async def pause_schedule(self, object_id: str) -> bool:
@@ -862,13 +887,13 @@ class DurabilityClient:
         """Release a held token; returns True (a token not held is refused)."""
         workflow_id = ledger_workflow_id(ledger_id)
         payload = {"token": token}
-        _checked(workflow_id, "release", lambda: ledger_core.parse_release(payload))
+        _checked(workflow_id, "release", lambda: _check_release(payload))
         return bool(await self._update(workflow_id, "release", payload))
 
     async def signal_release(self, ledger_id: str, token: str) -> None:
         workflow_id = ledger_workflow_id(ledger_id)
         payload = {"token": token}
-        _checked(workflow_id, "release", lambda: ledger_core.parse_release(payload))
+        _checked(workflow_id, "release", lambda: _check_release(payload))
         await self._signal(workflow_id, "release", payload)
 
     async def resume(self, ledger_id: str) -> list[str]:
@@ -922,7 +947,7 @@ class DurabilityClient:
             for key, value in (("phase", phase), ("after", after), ("limit", limit))
             if value is not None
         }
-        _checked(workflow_id, "snapshot", lambda: ledger_core.parse_snapshot_query(page))
+        _checked(workflow_id, "snapshot", lambda: _check_snapshot(page))
         args = (page,) if page else ()
         result: dict[str, Any] = await self._query(workflow_id, "snapshot", *args)
         return result
