@@ -321,7 +321,7 @@ def show_enqueue(result: Any, args: argparse.Namespace) -> str:
         )
     return table(
         ("field", "value"),
-        [("accepted", result["accepted"]), ("duplicates", result["duplicates"])],
+        [(field, result.get(field, [])) for field in ("accepted", "duplicates", "conflicts")],
     )
 
 
