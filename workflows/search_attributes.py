@@ -1,7 +1,8 @@
 """Custom search attributes the product sets, so `temporal workflow list --query` finds objects.
 
 The run command registers them on the embedded dev server; on a real cluster register them
-once with `temporal operator search-attribute create` (see README, "Search attributes").
+once with `temporal operator search-attribute create` (docs/operations.md, "2. Register the
+search attributes").
 """
 
 from temporalio.common import SearchAttributeKey
