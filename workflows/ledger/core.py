@@ -939,6 +939,16 @@ def phase_counts(state: LedgerState) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def details(state: LedgerState) -> str:
+    """Markdown for the UI's "Current Details": operations per phase, claims and holds."""
+    counts = ", ".join(f"{count} {phase}" for phase, count in phase_counts(state).items())
+    head = "**Stopped.** " if state.stopped else "**Held.** " if state.holds else ""
+    return (
+        f"{head}Operations: {counts or 'none'}  \n"
+        f"Canvases claimed: {len(state.claims)}; holds: {len(state.holds)}"
+    )
+
+
 SNAPSHOT_PAGE_DEFAULT = 200
 SNAPSHOT_PAGE_MAX = 300
 

@@ -110,6 +110,8 @@ class OperationLedgerWorkflow:
                 )
             self._kernel.clear_wake()
             self._pump()
+            # What the UI shows as Current Details (metadata a query reads, not a command).
+            workflow.set_current_details(core.details(self._state))
         # Unlike continue-as-new (workflows.kernel), the ledger completes in `stop`'s own
         # task: a caller reads it as completed once `stop` returns. A signal racing that task
         # can still get `stop` aborted unapplied; DurabilityClient sends it again.
@@ -321,6 +323,7 @@ class OperationLedgerWorkflow:
                 core.request_interrupted(self._state, request.id, "stopped", stopped=True)
         await workflow.wait_condition(lambda: not self._compiles and not self._requests.tasks)
         self._final = core.snapshot(self._state)
+        workflow.set_current_details(core.details(self._state))
         return self._final
 
     @stop.validator
