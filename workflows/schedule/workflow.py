@@ -9,6 +9,7 @@ run has ended (`drain.py`). A deployment brings its own `next_occurrence` by sub
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -45,7 +46,12 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.schedule.publish import Published
     from workflows.schedule.redelivery import Redeliveries
-    from workflows.schedule.run import STARTS, RunReports
+    from workflows.schedule.run import STARTS, WATCHES, RunReports
+
+
+# Recorded when a cancellation request reaches a run: it then closes only once every run it
+# started has reported (a run recorded before closed at once).
+CLOSE_AFTER_RUNS_ON_CANCEL_PATCH = "close-after-runs-on-cancel"
 
 
 @workflow.defn(name=SCHEDULE_WORKFLOW_TYPE, sandboxed=SANDBOXED)
@@ -79,9 +85,35 @@ class DurabilityScheduleWorkflow:
 
     @workflow.run
     async def run(self, input: RawValue = NO_INPUT) -> None:
-        """Tick, start runs, sleep until the next tick or a message; continue-as-new."""
+        """Tick, start runs, sleep until the next tick or a message; continue-as-new. A
+        cancellation request (the UI's Request Cancellation) closes the schedule as cancelled
+        once every run it started has reported."""
         self._kernel.check_start(self._start.error, self._start.coerced, "InvalidScheduleInput")
         self._redeliveries.resume_stranded()
+        try:
+            await self._tick_until_history_is_long()
+        except asyncio.CancelledError:
+            if not workflow.patched(CLOSE_AFTER_RUNS_ON_CANCEL_PATCH):
+                raise
+            workflow.logger.info(
+                "%s: cancellation requested; closing once its runs report", self._object_id
+            )
+            await workflow.wait_condition(
+                lambda: (
+                    not self._kernel.busy(STARTS, WATCHES, Redeliveries.TASKS)
+                    and not self._lifecycle.tasks
+                    and workflow.all_handlers_finished()
+                )
+            )
+            raise
+        carried = ScheduleWorkflowInput.model_validate(
+            {**self._settings.model_dump(), "carried": self._core.state}
+        )
+        workflow.continue_as_new(carried.model_dump(mode="json"))
+
+    async def _tick_until_history_is_long(self) -> None:
+        """The schedule's life in this run: tick and start runs until the history is long,
+        then drain and hand over what still runs (then the run may continue as new)."""
         timer_fired = False
         while True:
             self._kernel.clear_wake()
@@ -109,10 +141,6 @@ class DurabilityScheduleWorkflow:
             self._runs.hand_over_alive,
             ready=lambda: not self._kernel.busy(STARTS) and not self._lifecycle.tasks,
         )
-        carried = ScheduleWorkflowInput.model_validate(
-            {**self._settings.model_dump(), "carried": self._core.state}
-        )
-        workflow.continue_as_new(carried.model_dump(mode="json"))
 
     def _step(self, now: int) -> bool:
         """Tick if due and start what the free slots allow (none while draining); returns
