@@ -15,6 +15,7 @@ test (`test_redeliver_after_a_failed_redelivery_on_a_cold_worker`).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from collections.abc import Awaitable, Callable
@@ -22,11 +23,18 @@ from typing import Any
 
 import pytest
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.exceptions import CancelledError
 
 from tests.support.cold_worker import (
     ColdScheduleFake,
     activity_worker,
+    assert_healthy,
     assert_healthy_and_updated,
     cold_names,
     events_of,
@@ -463,3 +471,26 @@ async def test_trigger_after_a_run_ends_by_completion_on_a_cold_worker(client: C
             await eventually(lambda: third in acts.accepted, timeout=30)
             await eventually(lambda: _no_runs_left(handle), timeout=30)
     await assert_healthy_and_updated(client, handle)
+
+
+@pytest.mark.parametrize("completion", sorted(COMPLETIONS))
+async def test_cancellation_after_completion_on_a_cold_worker(
+    client: Client, completion: str
+) -> None:
+    """A cancellation request sent to a worker with nothing cached, right after each kind of
+    completion: the schedule closes as cancelled once its runs reported, with no failed
+    workflow task, and its history replays."""
+    suffix, task_queue, activity_queue = cold_names()
+    acts = ColdScheduleFake()
+    async with activity_worker(client, activity_queue, acts.activities()):
+        async with workflow_worker(client, task_queue):
+            handle = await _start_schedule(client, suffix, task_queue, activity_queue)
+            await COMPLETIONS[completion](handle, acts)
+        async with workflow_worker(client, task_queue):
+            await handle.cancel()
+            with pytest.raises(WorkflowFailureError) as closed:
+                await asyncio.wait_for(handle.result(), timeout=60)
+    assert isinstance(closed.value.cause, CancelledError)
+    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+    assert set(acts.expected) <= set(acts.accepted)
+    await assert_healthy(client, handle)
