@@ -138,6 +138,20 @@ async def schedule_cancel(client: DurabilityClient, args: argparse.Namespace) ->
     return {"live": await client.cancel_schedule(args.object_id, args.version)}
 
 
+async def schedule_close(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    await client.close_schedule(args.object_id, wait=args.wait)
+    return {"closed": args.wait, "cancellation_requested": True}
+
+
+def show_close(result: Any, args: argparse.Namespace) -> str:
+    if result["closed"]:
+        return f"closed: schedule {args.object_id} ended as cancelled, its runs reported"
+    return (
+        f"closing: schedule {args.object_id} starts no run and closes once the runs it "
+        "started have reported (--wait waits for it)"
+    )
+
+
 def show_cancel(result: Any, args: argparse.Namespace) -> str:
     if "signalled" in result:
         return "signalled: cancel (checked before sending; `get` shows it once applied)"
@@ -459,6 +473,8 @@ SCHEDULE_COMMANDS: tuple[tuple[str, Command, Show, str], ...] = (
      "outcomes whose delivery was given up"),
     ("redeliver", schedule_redeliver, show_redeliver, "deliver a dead-lettered outcome again"),
     ("backfill", schedule_backfill, show_backfill, "record runs for a past range [start, end)"),
+    ("close", schedule_close, show_close,
+     "end the schedule for good, once its running runs have reported"),
 )  # fmt: skip
 LEDGER_COMMANDS: tuple[tuple[str, Command, Show, str], ...] = (
     ("enqueue", ledger_enqueue, show_enqueue,
@@ -523,6 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmd = commands["cancel"]
     cmd.add_argument("--version", type=int)
     cmd.add_argument("--signal", action="store_true")
+    cmd = commands["close"]
+    cmd.add_argument("--wait", action="store_true", help="return once the schedule has closed")
     cmd = commands["redeliver"]
     cmd.add_argument("idempotency_key", help="the dead letter's key: <object_id>:<time>")
     cmd = commands["backfill"]

@@ -11,6 +11,7 @@ docs/contract.md), so what it does can also be done with the `temporal` CLI or a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -734,6 +735,21 @@ class DurabilityClient:
         payload = _cancel_payload(version)
         _checked(workflow_id, "cancel", lambda: _check_cancel(payload))
         return bool(await self._update(workflow_id, "cancel", payload, bool))
+
+    async def close_schedule(self, object_id: str, *, wait: bool = False) -> None:
+        """End the schedule workflow for good (Temporal's cancellation request): it starts no
+        run from now on and closes as cancelled once every run it started has reported, its
+        outcome delivered (docs/contract.md 6.3). With `wait`, return once it has closed. An
+        ID with no schedule raises NotFoundError, a closed one ClosedError."""
+        workflow_id = schedule_workflow_id(object_id)
+        why = await self._closed_or_missing(workflow_id)
+        if why is not None:
+            raise why
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        await handle.cancel()
+        if wait:
+            with contextlib.suppress(WorkflowFailureError):  # it ends cancelled: that is done
+                await handle.result()
 
     async def signal_cancel_schedule(self, object_id: str, version: int | None = None) -> None:
         workflow_id = schedule_workflow_id(object_id)

@@ -9,9 +9,10 @@ import asyncio
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import CancelledError
+from temporalio.service import RPCError
 
 from tests.support.fakes import ScheduleFake
-from tests.support.helpers import eventually, record_history, schedule_worker
+from tests.support.helpers import durability_cli, eventually, record_history, schedule_worker
 
 pytestmark = pytest.mark.cacheless
 
@@ -42,3 +43,28 @@ async def test_a_cancelled_schedule_closes_after_its_running_run_reports(
     assert fake.accepted == started  # the run's outcome was delivered before the close
     assert len(fake.started) == 1
     record_history("schedule_parent_0_1_1_close_after_runs_on_cancel", await handle.fetch_history())
+
+
+async def test_schedule_close_ends_a_schedule_and_creates_nothing_for_a_missing_id(
+    client: Client, dev_server_address: str, task_queue: str, unique: str
+) -> None:
+    fake = ScheduleFake()
+    object_id = f"close-{unique}"
+    cli = ("--task-queue", task_queue, "schedule", "close")
+    async with schedule_worker(client, task_queue, fake.activities()):
+        await client.start_workflow(
+            "DurabilitySchedule", {}, id=f"schedule:{object_id}", task_queue=task_queue
+        )
+        closing = await durability_cli(dev_server_address, *cli, object_id, "--wait")
+        assert closing.stdout.strip() == (
+            f"closed: schedule {object_id} ended as cancelled, its runs reported"
+        ), closing.stdout
+        handle = client.get_workflow_handle(f"schedule:{object_id}")
+        assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+        again = await durability_cli(dev_server_address, *cli, object_id, check=False)
+        assert again.returncode == 1 and "is closed (cancelled" in again.stderr, again
+        assert "Traceback" not in again.stderr
+        missing = await durability_cli(dev_server_address, *cli, f"nope-{unique}", check=False)
+    assert missing.returncode == 1 and "no such schedule" in missing.stderr, missing
+    with pytest.raises(RPCError):  # nothing was created for the typo
+        await client.get_workflow_handle(f"schedule:nope-{unique}").describe()
