@@ -255,14 +255,28 @@ def show_listed(result: Any, args: argparse.Namespace) -> str:
         return "none found"
     if args.group == "ledger":  # version and next tick are the schedule's
         return table(
-            ("id", "status", "started_at"),
-            [(w["id"], w["status"], iso(w["started_at"])) for w in result],
+            ("id", "status", "operations", "started_at"),
+            [(w["id"], w["status"], _counts(w["counts"]), iso(w["started_at"])) for w in result],
         )
     rows = [
-        (w["id"], w["status"], w["version"], iso(w["next_tick_at"]), iso(w["started_at"]))
+        (
+            w["id"],
+            w["status"],
+            w["state"],
+            w["version"],
+            iso(w["next_tick_at"]),
+            iso(w["started_at"]),
+        )
         for w in result
     ]
-    return table(("id", "status", "version", "next_tick_at", "started_at"), rows)
+    return table(("id", "status", "state", "version", "next_tick_at", "started_at"), rows)
+
+
+def _counts(counts: dict[str, int] | None) -> str | None:
+    """A ledger's operations per phase as `3 pending, 2 resolved`; None (`-`) when unknown."""
+    if counts is None:
+        return None
+    return ", ".join(f"{n} {phase}" for phase, n in sorted(counts.items())) or "none"
 
 
 async def schedule_get(client: DurabilityClient, args: argparse.Namespace) -> Any:

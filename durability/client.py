@@ -25,6 +25,7 @@ from temporalio.api.errordetails.v1 import (
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
+    WorkflowExecution,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
@@ -96,6 +97,12 @@ class Listed(TypedDict):
     started_at: int
     version: int | None
     next_tick_at: int | None
+    # A schedule's state (`never set`, `live`, `paused`, `cancelled`) from its state memo; None
+    # for a ledger, and for a schedule that has not published one yet (a run older than 0.1.1).
+    state: str | None
+    # A ledger's operations per phase as of its last progress (its status memo); None for a
+    # schedule, and for a ledger that has not published it yet.
+    counts: dict[str, int] | None
 
 
 class EnqueueResult(TypedDict):
@@ -474,6 +481,23 @@ async def _answered_within(
         raise
 
 
+async def _listed_memo(
+    execution: WorkflowExecution, workflow_type: str
+) -> tuple[str | None, dict[str, int] | None]:
+    """A listed schedule's state, or a listed ledger's counts, from its memo (None when it
+    holds none, or holds something this client does not read)."""
+    with suppress(Exception):  # a memo that does not decode (e.g. another key ring)
+        if workflow_type == SCHEDULE_WORKFLOW:
+            published = await execution.memo_value(search_attributes.SCHEDULE_STATE_MEMO_KEY, None)
+            state = published.get("state") if isinstance(published, dict) else None
+            return (state if isinstance(state, str) else None), None
+        status = await execution.memo_value(search_attributes.STATUS_MEMO_KEY, None)
+        if isinstance(status, dict):
+            counts = {k: v for k, v in status.items() if isinstance(v, int)}
+            return None, counts
+    return None, None
+
+
 class DurabilityClient:
     """Schedules and ledgers by business ID: `acct-42`, not `schedule:acct-42`.
 
@@ -844,6 +868,7 @@ class DurabilityClient:
         async for execution in self.temporal.list_workflows(where, limit=limit):
             attributes = execution.typed_search_attributes
             next_tick = attributes.get(search_attributes.NEXT_TICK_AT)
+            state, counts = await _listed_memo(execution, workflow_type)
             found.append(
                 Listed(
                     id=execution.id.removeprefix(prefix),
@@ -852,6 +877,8 @@ class DurabilityClient:
                     started_at=int(execution.start_time.timestamp() * 1000),
                     version=attributes.get(search_attributes.SCHEDULE_VERSION),
                     next_tick_at=None if next_tick is None else int(next_tick.timestamp() * 1000),
+                    state=state,
+                    counts=counts,
                 )
             )
         return found

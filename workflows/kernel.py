@@ -81,6 +81,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.search_attributes import STATUS_MEMO_KEY
     from workflows.validation import FORMER_TYPE, INVALID_START_INPUT
 
 P = ParamSpec("P")
@@ -88,8 +89,6 @@ T = TypeVar("T")
 
 # The default of a workflow's `input` parameter when it is started without one (`null`).
 NO_INPUT = RawValue(Payload(metadata={"encoding": b"binary/null"}))
-# The memo key under which each workflow publishes its status (the progress barrier).
-STATUS_MEMO_KEY = "durability_status"
 # Recorded (as a patch marker) the first time a run waits to close: earlier histories close
 # at once.
 CLOSE_WITHOUT_UPDATE_PATCH = "close-in-a-task-without-updates"

@@ -15,6 +15,9 @@ replaying with a patch, and records its own next to them with
 - `schedule_parent_0_1_1_resumed_redelivery.json`, recorded by 0.1.1 with
   `tests/schedule/test_schedule_dead_letters.py`: a run that started again the redelivery its
   predecessor left going (the patch `resume-carried-redeliveries`).
+- `schedule_parent_0_1_1_state_memo.json`, recorded by 0.1.1 with
+  `tests/platform/test_list_state.py`: a schedule set, paused and unpaused, publishing its state
+  memo at each change (the patch `schedule-state-memo`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""What a schedule publishes outside its history: search attributes and the UI's details.
+"""What a schedule publishes outside its history: search attributes, its state memo and the
+UI's details.
 
 Each upsert is a billed action and a visibility write, so only what changed is sent.
 """
@@ -14,6 +15,9 @@ from workflows import search_attributes
 from workflows.schedule import status
 from workflows.schedule.core import ScheduleState
 
+# Recorded by a run that publishes its state memo; histories from before it publish none.
+STATE_MEMO_PATCH = "schedule-state-memo"
+
 
 class Published:
     """The values this run of the schedule last upserted."""
@@ -21,6 +25,10 @@ class Published:
     def __init__(self, object_id: str) -> None:
         self._object_id = object_id
         self._values: dict[str, int | None] = {}
+        # The state last published (None until read from this run's memo), and whether this
+        # run publishes it at all (the patch, asked once: None until then).
+        self._state: str | None = None
+        self._publishes_state: bool | None = None
 
     def publish(self, state: ScheduleState, wake_at: int | None) -> None:
         """Upsert the search attributes that changed, and set the UI's current details."""
@@ -43,4 +51,18 @@ class Published:
             self._values["version"] = stored.version
         if updates:
             workflow.upsert_search_attributes(updates)
+        self._publish_state(status.lifecycle_state(state))
         workflow.set_current_details(status.details(state, wake_at))
+
+    def _publish_state(self, current: str) -> None:
+        """Upsert the state memo when it changed (a continue-as-new carries the memo over)."""
+        if self._state is None:
+            carried = workflow.memo_value(search_attributes.SCHEDULE_STATE_MEMO_KEY, None)
+            self._state = carried.get("state") if isinstance(carried, dict) else ""
+        if current == self._state:
+            return
+        if self._publishes_state is None:
+            self._publishes_state = workflow.patched(STATE_MEMO_PATCH)
+        if self._publishes_state:
+            workflow.upsert_memo({search_attributes.SCHEDULE_STATE_MEMO_KEY: {"state": current}})
+            self._state = current

@@ -28,6 +28,17 @@ def next_tick_stale(published: int | None, wake_at: int | None) -> bool:
     return wake_at - published > NEXT_TICK_PUBLISH_SLACK_MS
 
 
+def lifecycle_state(state: ScheduleState) -> str:
+    """What `durability schedule list` shows for a schedule: `never set`, `cancelled` (a
+    tombstone is stored), `paused` (a live schedule that does not tick) or `live`."""
+    stored = state.schedule
+    if stored is None:
+        return "never set"
+    if stored.expression is None:
+        return "cancelled"
+    return "paused" if state.paused else "live"
+
+
 def details(state: ScheduleState, wake_at: int | None) -> str:
     """Markdown for the UI's "Current Details": the live schedule and its runs."""
     stored = state.schedule
