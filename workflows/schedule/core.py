@@ -8,6 +8,7 @@ callable, so the workflow shell can back them with `workflow.now()` and
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from workflows.schedule.models import (
     CancelRequest,
     JitterRange,
     Outcome,
+    OutcomeRetries,
     OverlapPolicy,
     RunError,
     RunStatus,
@@ -65,6 +67,17 @@ class Run(BaseModel):
     error: RunError | None = None
     # The params stored with the version that fired this tick (not in the `runs` query).
     params: dict[str, Any] = Field(default_factory=dict)
+    # The run stopped and its child ended; the schedule delivers its outcome (S11). Until
+    # delivered or dead-lettered it shows `complete`/`errored` and holds no slot.
+    outcome_pending: bool = False
+    # The delivery's attempts left once a continue-as-new interrupted it (None: all of
+    # `outcome_retries.max_attempts`); see `attempts_begun`.
+    delivery_attempts_left: int | None = None
+
+    def outcome(self) -> Outcome:
+        """The outcome a settled run stopped with."""
+        status = "complete" if self.state == RunStatus.COMPLETE else "errored"
+        return Outcome(status=status, error=self.error)
 
     def wire(self) -> dict[str, Any]:
         """The run as the `runs` query returns it."""
@@ -524,6 +537,43 @@ class ScheduleCore:
         run.error = outcome.error
         return True
 
+    # --- outcomes the schedule delivers (S11) ---
+
+    def stopped(self, scheduled_time: int, outcome: Outcome) -> bool:
+        """A run stopped with `outcome` and its child ended: its slot frees, and its outcome is
+        the schedule's to deliver. Returns whether a queued run can take the freed slot."""
+        run = self.state.runs.get(scheduled_time)
+        if run is None:
+            return False
+        freed = run.state == RunStatus.RUNNING
+        self.settle(scheduled_time, outcome)
+        run.outcome_pending = True
+        return freed and self.queued_count() > 0
+
+    def awaiting_delivery(self) -> list[Run]:
+        """The runs whose outcome the schedule is to deliver, oldest first."""
+        pending = (run for run in self.state.runs.values() if run.outcome_pending)
+        return sorted(pending, key=lambda run: run.scheduled_time)
+
+    def delivered(self, scheduled_time: int, idempotency_key: str, error: RunError | None) -> None:
+        """The schedule's delivery of a run's outcome ended: delivered (None), or given up
+        with `error` (a dead letter is kept). Either way the run is forgotten."""
+        run = self.state.runs.get(scheduled_time)
+        if run is None:
+            return
+        if error is not None:
+            self.record_dead_letter(scheduled_time, idempotency_key, run.outcome(), error)
+        self.forget(scheduled_time)
+
+    def delivery_interrupted(self, scheduled_time: int, begun: int, max_attempts: int) -> None:
+        """A continue-as-new cancelled the delivery after `begun` attempts (a lower bound):
+        the next run of the schedule delivers again with the attempts left, at least one."""
+        run = self.state.runs.get(scheduled_time)
+        if run is None:
+            return
+        left = max_attempts if run.delivery_attempts_left is None else run.delivery_attempts_left
+        run.delivery_attempts_left = max(1, left - begun)
+
     # --- dead letters (beyond the rules: S11's dead-lettered outcomes, seen and re-driven) ---
 
     def record_dead_letter(
@@ -616,3 +666,24 @@ class ScheduleCore:
     def runs(self) -> list[dict[str, Any]]:
         """The `runs` query: every run not yet acknowledged, in scheduled_time order."""
         return [self.state.runs[key].wire() for key in sorted(self.state.runs)]
+
+
+def attempts_begun(retries: OutcomeRetries, timeout_ms: int, elapsed_ms: int, allowed: int) -> int:
+    """How many attempts of an outcome activity certainly began within `elapsed_ms` of its
+    start (none had delivered): the first at once, and each next one at the latest
+    `timeout_ms` (the attempt's own bound) plus the retry interval after the one before. A
+    lower bound, at least 1 and at most `allowed`, assuming a worker takes each attempt as
+    soon as it is due."""
+    begun, at, interval = 1, 0, float(retries.initial_interval_ms)
+    maximum = retries.maximum_interval_ms
+    # The intervals grow until they reach the maximum (a few dozen steps at most) ...
+    while begun < allowed and interval < maximum and retries.backoff_coefficient > 1.0:
+        at += timeout_ms + math.ceil(interval)
+        if at > elapsed_ms:
+            return begun
+        begun += 1
+        interval = min(interval * retries.backoff_coefficient, maximum)
+    # ... then every step is the same: count the rest without a loop.
+    step = timeout_ms + math.ceil(min(interval, maximum))
+    more = max(0, (elapsed_ms - at) // step)
+    return min(allowed, begun + more)

@@ -162,8 +162,13 @@ class ScheduledRunInput(BaseModel):
     run: ScheduledRunObject
     schedule_workflow_id: WorkflowId
     settings: ScheduleInput
-    # The run took its schedule's last free slot: signal `run_settled` as soon as it stops.
+    # The run took its schedule's last free slot: signal `run_settled` as soon as it stops
+    # (a run that delivers its own outcome: see `deliver_by_schedule`).
     settle_by_signal: bool = False
+    # The schedule delivers the outcome: the run ends as soon as it stops, its result
+    # carrying the outcome (`ScheduledRunResult.outcome_pending`). A run started by a build
+    # before this field (or run by one that ignores it) delivers its own outcome.
+    deliver_by_schedule: bool = False
 
 
 # Internal signals from a run to its schedule (not part of the wire contract).
@@ -189,12 +194,15 @@ class RunAcknowledged(BaseModel):
 
 
 class ScheduledRunResult(BaseModel):
-    """What a `ScheduledRun` child returns: the schedule that started it reads its completion
-    as the acknowledgement (after continue-as-new, the run signals `run_acknowledged`)."""
+    """What a `ScheduledRun` child returns. With `outcome_pending` the run stopped and its
+    outcome is still to be delivered, by the schedule; without, the run delivered it itself
+    and the schedule reads the completion as the acknowledgement (after continue-as-new, the
+    run signals `run_acknowledged`)."""
 
     outcome: Outcome
     delivered: bool
     dead_letter_error: RunError | None = None
+    outcome_pending: bool = False
 
 
 # The contract's error names, carried in `Outcome.error.name`.

@@ -1,4 +1,15 @@
-"""Delivering a dead-lettered outcome again (the `redeliver` update).
+"""Outcome deliveries made by the schedule itself: every run's outcome once its `ScheduledRun`
+ended as the run stopped (`Deliveries`), and a dead-lettered outcome again (the `redeliver`
+update, `Redeliveries`).
+
+A run's delivery is the outcome activity under `outcome_retries` (S11): its attempt is the
+activity's own Temporal attempt. At most `MAX_DELIVERIES_IN_FLIGHT` go at once; more wait in
+the carried state, oldest first. Before continue-as-new the schedule cancels the deliveries
+still going (`Deliveries.stop`) and waits until each has really stopped: one that delivered
+meanwhile is done, the others stay in the carried state with the attempts left (a lower
+bound on those begun is subtracted: `core.attempts_begun`) and the next run starts them
+again, as a new activity whose attempts count from 1. So no outcome is lost, none is
+delivered by two activities at once, and a delivery crossing continue-as-new still ends.
 
 A redelivery is the outcome activity once more, as it was, under the same retry policy. A
 letter being redelivered is marked so; a redelivery still going when the schedule continues
@@ -9,17 +20,119 @@ delivered too).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from workflows.kernel import ShellKernel
-    from workflows.schedule.core import DeadLetter, ScheduleCore
-    from workflows.schedule.models import ScheduledRunObject, ScheduleInput
-    from workflows.schedule.run import deliver_outcome
+    from workflows.schedule.core import DeadLetter, Run, ScheduleCore, attempts_begun
+    from workflows.schedule.models import Outcome, ScheduledRunObject, ScheduleInput
+    from workflows.schedule.run import (
+        SCHEDULE_DELIVERS_PATCH,
+        Interrupted,
+        deliver_outcome,
+        deliver_until,
+    )
 
 # Recorded when a run starts again the redeliveries its predecessor left going.
 RESUME_REDELIVERIES_PATCH = "resume-carried-redeliveries"
+# Outcome activities a schedule has going at once for its runs (Temporal allows 2,000 pending
+# activities per workflow; lifecycle calls and redeliveries need room too).
+MAX_DELIVERIES_IN_FLIGHT = 500
+
+
+class Deliveries:
+    """The run outcomes this run of the schedule is delivering: tasks of the kernel's group
+    `TASKS`, keyed by scheduled_time. `emit(scheduled_time, type, **fields)` emits a
+    lifecycle event; `send_progress` is the shell's progress barrier."""
+
+    TASKS = "delivery"
+
+    def __init__(
+        self,
+        settings: ScheduleInput,
+        core: ScheduleCore,
+        kernel: ShellKernel,
+        emit: Callable[..., None],
+        send_progress: Callable[..., None],
+    ) -> None:
+        self._settings = settings
+        self._object_id = settings.object_id or ""
+        self._core = core
+        self._kernel = kernel
+        self._emit = emit
+        self._send_progress = send_progress
+        # Set before continue-as-new: cancel what goes, start nothing more.
+        self._stopping = False
+
+    def stopped(self, scheduled_time: int, outcome: Outcome) -> None:
+        """A run's child ended as its run stopped: free its slot, deliver its outcome. The
+        delivery's ScheduleActivityTask is this task's command; with none, the barrier."""
+        if self._core.stopped(scheduled_time, outcome):
+            self._kernel.wake()  # a queued run can take the freed slot
+        if not self._pump():
+            self._send_progress(stopped=scheduled_time)
+
+    def resume(self) -> None:
+        """First in a run of the schedule: deliver the outcomes the previous run carried."""
+        if self._core.awaiting_delivery() and workflow.patched(SCHEDULE_DELIVERS_PATCH):
+            self._pump()
+
+    def pending(self) -> int:
+        """Outcomes still to deliver (going or waiting for room)."""
+        return len(self._core.awaiting_delivery())
+
+    async def stop(self) -> None:
+        """Before continue-as-new: cancel every delivery still going and wait until each has
+        really stopped; the undelivered stay in the carried state for the next run."""
+        self._stopping = True
+        await workflow.wait_condition(lambda: not self._kernel.busy(self.TASKS))
+
+    def _pump(self, ending: int | None = None) -> bool:
+        """Start deliveries, oldest first, as far as `MAX_DELIVERIES_IN_FLIGHT` allows (the
+        delivery `ending` no longer counts); returns whether one started."""
+        if self._stopping:
+            return False
+        going = self._kernel.members(self.TASKS)
+        room = MAX_DELIVERIES_IN_FLIGHT - len(going) + (ending in going)
+        started = False
+        for run in self._core.awaiting_delivery():
+            if room <= 0:
+                break
+            if run.scheduled_time not in going:
+                self._kernel.spawn(self.TASKS, self._deliver(run), key=run.scheduled_time)
+                room -= 1
+                started = True
+        return started
+
+    async def _deliver(self, run: Run) -> None:
+        scheduled_time = run.scheduled_time
+        run_object = ScheduledRunObject.of(self._object_id, scheduled_time, run.due_at, run.params)
+        retries = self._settings.outcome_retries
+        left = run.delivery_attempts_left
+
+        def emit(event_type: str, **fields: Any) -> None:
+            self._emit(scheduled_time, event_type, **fields)
+
+        result = await deliver_until(
+            self._settings, run_object, run.outcome(), emit, lambda: self._stopping, left
+        )
+        if isinstance(result, Interrupted):
+            allowed = retries.max_attempts if left is None else left
+            begun = (
+                0
+                if result.elapsed_ms is None
+                else attempts_begun(
+                    retries, self._settings.outcome_timeout_ms, result.elapsed_ms, allowed
+                )
+            )
+            self._core.delivery_interrupted(scheduled_time, begun, retries.max_attempts)
+            return
+        self._core.delivered(scheduled_time, run_object.idempotency_key, result)
+        # The run left `runs` (and maybe became a dead letter): decision state.
+        if not self._pump(ending=scheduled_time):
+            self._send_progress(delivered=scheduled_time)
 
 
 class Redeliveries:

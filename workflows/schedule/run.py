@@ -1,13 +1,19 @@
 """`ScheduledRun`: one child workflow per run of a schedule.
 
-It calls the run activity once under the run timeout (S9, S10), delivers the outcome at least
-once under `outcome_retries` (S11) and reports to its schedule. Normally its completion is the
-whole report (the schedule awaits it). Two cases report by signal instead:
+It calls the run activity once under the run timeout (S9, S10) and reports to its schedule.
+A run started with `deliver_by_schedule` (behind the patch `SCHEDULE_DELIVERS_PATCH`) ends as
+soon as its run stops: its result carries the outcome, and the schedule delivers it
+(`workflows.schedule.redelivery.Deliveries`), so the child's completion is the settle and
+frees the slot at no extra action. A run started by an earlier build delivers its outcome
+itself, at least once under `outcome_retries` (S11), and its completion is the whole report.
+Two cases report by signal instead:
 
-- the run took its schedule's last free slot (`settle_by_signal`): `run_settled` as soon as
-  the run stops, so a queued run need not wait for the outcome's delivery;
-- the schedule continued as new and handed the run over (`durability.report_by_signal`):
-  `run_settled` and `run_acknowledged` to the schedule's current run.
+- the run delivers its own outcome and took its schedule's last free slot
+  (`settle_by_signal`): `run_settled` as soon as the run stops, so a queued run need not wait
+  for the outcome's delivery;
+- the schedule continued as new while the run was going and handed it over
+  (`durability.report_by_signal`): `run_settled` as soon as it stops, then it delivers its
+  own outcome and signals `run_acknowledged` to the schedule's current run.
 
 The schedule never signals a run that may be completing, except for that rare hand-over.
 """
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -71,6 +78,9 @@ STARTS = "run-start"
 WATCHES = "run-watch"
 # Time a cancelled run activity gets, beyond run_timeout_ms, to acknowledge cancellation.
 RUN_CANCEL_GRACE = timedelta(seconds=30)
+# Recorded by a schedule when it starts a run whose outcome it delivers itself, and by such a
+# run when it ends as its run stops (docs/upgrading.md).
+SCHEDULE_DELIVERS_PATCH = "schedule-delivers-outcomes"
 
 
 @workflow.defn(name=RUN_WORKFLOW_TYPE, sandboxed=SANDBOXED)
@@ -107,6 +117,13 @@ class ScheduledRunWorkflow:
         if outcome.error is None or outcome.error.name != RUN_INTERRUPTED_ERROR:
             settled["duration_ms"] = now_ms() - started
         self._emit("settled", **settled)
+        if run_input.deliver_by_schedule and workflow.patched(SCHEDULE_DELIVERS_PATCH):
+            await self._lifecycle.drain()
+            # No await between this check and returning (as below): a hand-over that lands
+            # while this task completes is seen by the retried task, which then reports by
+            # signal and delivers the outcome itself.
+            if not self._report_by_signal:
+                return ScheduledRunResult(outcome=outcome, delivered=False, outcome_pending=True)
         delivery = asyncio.create_task(
             deliver_outcome(run_input.settings, run_input.run, outcome, self._emit)
         )
@@ -195,6 +212,34 @@ class ScheduledRunWorkflow:
             workflow.logger.warning("could not signal %s to the schedule: %s", signal, error)
 
 
+@dataclass(frozen=True)
+class Interrupted:
+    """A delivery cancelled before it delivered (`deliver_until`'s `interrupt`):
+    `elapsed_ms` from its start to the cancellation, None when its activity was never sent
+    (cancelled in the workflow task that scheduled it)."""
+
+    elapsed_ms: int | None
+
+
+def _outcome_options(
+    settings: ScheduleInput, run: ScheduledRunObject, attempts: int | None
+) -> dict[str, Any]:
+    """The outcome activity's options: `outcome_retries` mapped to its retry policy (S11),
+    with `attempts` (the attempts left) in place of `max_attempts` when given."""
+    retries = settings.outcome_retries
+    return {
+        "task_queue": settings.activity_task_queue,
+        "start_to_close_timeout": timedelta(milliseconds=settings.outcome_timeout_ms),
+        "retry_policy": RetryPolicy(
+            initial_interval=timedelta(milliseconds=retries.initial_interval_ms),
+            backoff_coefficient=retries.backoff_coefficient,
+            maximum_interval=timedelta(milliseconds=retries.maximum_interval_ms),
+            maximum_attempts=retries.max_attempts if attempts is None else attempts,
+        ),
+        "summary": f"outcome {run.idempotency_key}",
+    }
+
+
 async def deliver_outcome(
     settings: ScheduleInput,
     run: ScheduledRunObject,
@@ -203,38 +248,76 @@ async def deliver_outcome(
 ) -> RunError | None:
     """Call the outcome activity under `outcome_retries` (S11); None when delivered, else the
     error it was dead-lettered with (logged, and emitted as `dead_lettered` when `emit`)."""
-    retries = settings.outcome_retries
     try:
         await workflow.execute_activity(
             settings.outcome_activity,
             args=[run, outcome.wire()],
-            task_queue=settings.activity_task_queue,
-            start_to_close_timeout=timedelta(milliseconds=settings.outcome_timeout_ms),
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(milliseconds=retries.initial_interval_ms),
-                backoff_coefficient=retries.backoff_coefficient,
-                maximum_interval=timedelta(milliseconds=retries.maximum_interval_ms),
-                maximum_attempts=retries.max_attempts,
-            ),
-            summary=f"outcome {run.idempotency_key}",
+            **_outcome_options(settings, run, None),
         )
         return None
     except ActivityError as failure:
-        error = _error_of(failure.cause, timeout_name=OUTCOME_TIMEOUT_ERROR)
-        attempt = (
-            retries.max_attempts
-            if failure.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED
-            else 0
-        )
-        workflow.logger.error(
-            "dead-lettered the outcome of run %s after %s attempt(s): %s",
-            run.idempotency_key,
-            attempt or "unknown",
-            error.message,
-        )
-        if emit is not None:
-            emit("dead_lettered", attempt=attempt, error=error.model_dump())
-        return error
+        return _dead_lettered(settings, run, failure, emit)
+
+
+async def deliver_until(
+    settings: ScheduleInput,
+    run: ScheduledRunObject,
+    outcome: Outcome,
+    emit: Callable[..., None],
+    interrupt: Callable[[], bool],
+    attempts: int | None = None,
+) -> RunError | Interrupted | None:
+    """`deliver_outcome` with `attempts` left, cancelled once `interrupt()` is true: it
+    returns only once the activity has really stopped (WAIT_CANCELLATION_COMPLETED: an
+    attempt that was running finishes first, and may deliver), `Interrupted` when it had not
+    delivered by then."""
+    sent_after = workflow.info().get_current_history_length()
+    started = now_ms()
+    handle = workflow.start_activity(
+        settings.outcome_activity,
+        args=[run, outcome.wire()],
+        cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        **_outcome_options(settings, run, attempts),
+    )
+    await workflow.wait_condition(lambda: handle.done() or interrupt())
+    # Still in the task that scheduled it: the activity was never sent, no attempt began.
+    sent = workflow.info().get_current_history_length() != sent_after
+    elapsed = now_ms() - started if sent else None
+    if not handle.done():
+        handle.cancel()
+    try:
+        await handle
+        return None
+    except asyncio.CancelledError:
+        return Interrupted(elapsed)
+    except ActivityError as failure:
+        cause = failure.cause
+        if isinstance(cause, CancelledError) or failure.retry_state == RetryState.CANCEL_REQUESTED:
+            return Interrupted(elapsed)
+        return _dead_lettered(settings, run, failure, emit)
+
+
+def _dead_lettered(
+    settings: ScheduleInput,
+    run: ScheduledRunObject,
+    failure: ActivityError,
+    emit: Callable[..., None] | None,
+) -> RunError:
+    """The error a delivery gave up with (logged, emitted as `dead_lettered` when `emit`)."""
+    retries = settings.outcome_retries
+    error = _error_of(failure.cause, timeout_name=OUTCOME_TIMEOUT_ERROR)
+    attempt = (
+        retries.max_attempts if failure.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED else 0
+    )
+    workflow.logger.error(
+        "dead-lettered the outcome of run %s after %s attempt(s): %s",
+        run.idempotency_key,
+        attempt or "unknown",
+        error.message,
+    )
+    if emit is not None:
+        emit("dead_lettered", attempt=attempt, error=error.model_dump())
+    return error
 
 
 def errored(name: str, message: str) -> Outcome:
@@ -331,8 +414,11 @@ class RunReports:
         core: ScheduleCore,
         kernel: ShellKernel,
         send_progress: Callable[..., None],
+        stopped: Callable[[int, Outcome], None],
     ) -> None:
         self._settings = settings
+        # A run ended as it stopped, its outcome for the schedule to deliver.
+        self._stopped = stopped
         self._object_id = settings.object_id or ""
         self._core = core
         self._kernel = kernel
@@ -354,6 +440,7 @@ class RunReports:
                 schedule_workflow_id=workflow.info().workflow_id,
                 settings=self._settings,
                 settle_by_signal=settle_by_signal,
+                deliver_by_schedule=workflow.patched(SCHEDULE_DELIVERS_PATCH),
             )
         )
         if handle is None:  # at most once (S6): this run already exists, and it reports
@@ -371,6 +458,10 @@ class RunReports:
     ) -> None:
         """Wait for the run's report (`report_of`) and apply it."""
         result = await report_of(handle, run)
+        if result.outcome_pending:
+            # The run stopped; the schedule delivers its outcome (that sends a command).
+            self._stopped(run.scheduled_time, result.outcome)
+            return
         self.ended(run.scheduled_time, result.outcome, result.dead_letter_error)
         # A run's end frees a slot and forgets the run: decision state (the progress barrier).
         self._send_progress(acknowledged=run.scheduled_time)

@@ -1,7 +1,8 @@
 """`DurabilitySchedule`, one per object: the Temporal shell around `core.ScheduleCore`.
 
 The core decides (ticks, versions, slots, the queue, dead letters); this shell turns its
-decisions into a tick timer, a `ScheduledRun` child per run (`workflows.schedule.run`),
+decisions into a tick timer, a `ScheduledRun` child per run (`workflows.schedule.run`), the
+delivery of each run's outcome once the run stopped (`workflows.schedule.redelivery`),
 search attributes (`publish.py`), and continue-as-new once the history is long and every
 run has ended (`drain.py`). A deployment brings its own `next_occurrence` by subclassing
 (docs/contract.md, 2.6 "Expressions", has the example).
@@ -45,7 +46,7 @@ with workflow.unsafe.imports_passed_through():
         lifecycle_event,
     )
     from workflows.schedule.publish import Published
-    from workflows.schedule.redelivery import Redeliveries
+    from workflows.schedule.redelivery import Deliveries, Redeliveries
     from workflows.schedule.run import STARTS, WATCHES, RunReports
 
 
@@ -75,7 +76,16 @@ class DurabilityScheduleWorkflow:
         self._redeliveries = Redeliveries(
             self._settings, self._core, self._kernel, self._redelivered
         )
-        self._runs = RunReports(self._settings, self._core, self._kernel, self._send_progress)
+        self._deliveries = Deliveries(
+            self._settings,
+            self._core,
+            self._kernel,
+            lambda t, event_type, **fields: self._emit(t, event_type, now_ms(), **fields),
+            self._send_progress,
+        )
+        self._runs = RunReports(
+            self._settings, self._core, self._kernel, self._send_progress, self._deliveries.stopped
+        )
         self._drain = Drain(self._settings.continue_as_new_after_events)
         self._published = Published(self._object_id)
 
@@ -90,6 +100,7 @@ class DurabilityScheduleWorkflow:
         once every run it started has reported."""
         self._kernel.check_start(self._start.error, self._start.coerced, "InvalidScheduleInput")
         self._redeliveries.resume_stranded()
+        self._deliveries.resume()
         try:
             await self._tick_until_history_is_long()
         except asyncio.CancelledError:
@@ -100,7 +111,8 @@ class DurabilityScheduleWorkflow:
             )
             await workflow.wait_condition(
                 lambda: (
-                    not self._kernel.busy(STARTS, WATCHES, Redeliveries.TASKS)
+                    not self._kernel.busy(STARTS, WATCHES, Redeliveries.TASKS, Deliveries.TASKS)
+                    and not self._deliveries.pending()
                     and not self._lifecycle.tasks
                     and workflow.all_handlers_finished()
                 )
@@ -138,9 +150,18 @@ class DurabilityScheduleWorkflow:
             except TimeoutError:
                 timer_fired = True
         await self._kernel.close_when_safe(
-            self._runs.hand_over_alive,
+            self._settle_before_closing,
             ready=lambda: not self._kernel.busy(STARTS) and not self._lifecycle.tasks,
         )
+
+    async def _settle_before_closing(self) -> bool:
+        """Hand over the runs still going, then stop the outcome deliveries still going (the
+        undelivered are carried: `Deliveries.stop`) and wait for the lifecycle calls they
+        made (a `dead_lettered`)."""
+        await self._runs.hand_over_alive()
+        await self._deliveries.stop()
+        await workflow.wait_condition(lambda: not self._lifecycle.tasks)
+        return True
 
     def _step(self, now: int) -> bool:
         """Tick if due and start what the free slots allow (none while draining); returns
@@ -166,12 +187,13 @@ class DurabilityScheduleWorkflow:
         return self._kernel.woken or self._drain.history_long()
 
     def _drain_over(self) -> bool:
-        """Every run's child has ended and nothing of this run of the workflow is pending (a
-        continue-as-new now races no event), or the drain's allowance of events is spent."""
+        """Every run's child has ended and nothing of this run of the workflow is pending but
+        outcome deliveries (stopped and carried when it closes), or the drain's allowance of
+        events is spent."""
         return self._drain.over(
             not self._kernel.busy(STARTS, Redeliveries.TASKS)
             and not self._lifecycle.tasks
-            and self._core.queued_count() == len(self._core.state.runs)
+            and self._core.queued_count() + self._deliveries.pending() == len(self._core.state.runs)
         )
 
     def _emit(self, scheduled_time: int, event_type: str, now: int, **fields: Any) -> None:
