@@ -2,10 +2,11 @@
 then every message it accepts, sent at once to a worker that starts with an empty cache.
 
 Without the progress barrier (`workflows.kernel`), `run_completion` x `trigger` can fail
-its workflow tasks with BAD_CANCEL_TIMER_ATTRIBUTES and get the update refused. The schedule
-wakes on a run's end only when a run is queued, and with one slot the run frees it by
-`run_settled` first, so that pair passes even with the barrier in `_watch_run` removed:
-`test_trigger_after_a_run_ends_by_completion_on_a_cold_worker` is the case that needs it.
+its workflow tasks with BAD_CANCEL_TIMER_ATTRIBUTES and get the update refused. A run's child
+now ends as its run stops and the task that applies it schedules the outcome's delivery (a
+command), and the delivery's end (`delivery_completion`) sends the barrier.
+`test_trigger_after_a_run_ends_by_completion_on_a_cold_worker` covers a run's end that
+frees a slot in a task that starts nothing else.
 
 `redeliver` needs a dead letter: for it, one is made before the completion (`_dead_letter`),
 which is why each completion waits only for events that came after it began. A failed
@@ -91,12 +92,27 @@ async def _dead_letter(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake)
 
 
 async def run_completion(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
-    """A run's child completes (its completion is its acknowledgement)."""
+    """A run's child completes as its run stops: the schedule frees the slot and starts the
+    outcome's delivery (a run of an earlier build completed only once delivered)."""
     since = await _last_event_id(handle)
     await handle.execute_update("set", {"expression": YEARLY, "version": 1})
     acts.expression = YEARLY
     await _trigger_and_wait(handle, acts)
     await wait_for_applied(handle, "CHILD_WORKFLOW_EXECUTION_COMPLETED", _after(since))
+
+
+async def delivery_completion(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    """The schedule's delivery of a run's outcome completes: the run leaves `runs`."""
+    since = await _last_event_id(handle)
+    await handle.execute_update("set", {"expression": YEARLY, "version": 1})
+    acts.expression = YEARLY
+    await _trigger_and_wait(handle, acts)
+    outcome_id = await eventually(lambda: _outcome_scheduled(handle, since))
+    await wait_for_applied(
+        handle,
+        "ACTIVITY_TASK_COMPLETED",
+        lambda e: e.activity_task_completed_event_attributes.scheduled_event_id == outcome_id,
+    )
 
 
 async def lifecycle_completion(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
@@ -127,15 +143,21 @@ async def tick_while_busy(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFa
 
 
 async def settle_signal(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
-    """A queued run waits for the only slot, held by a run whose outcome delivery is slow:
-    the run took the last free slot, so it frees it by signal (`run_settled`)."""
+    """A queued run waits for the only slot, held by a run that reports by signal (a run the
+    schedule handed over at continue-as-new, or one of an earlier build that took the last
+    free slot): its `run_settled` frees the slot. The test sends the signal for the run, which
+    then ends and is delivered as any other."""
     since = await _last_event_id(handle)
     await handle.execute_update(
-        "set", {"expression": YEARLY, "version": 1, "params": {"outcome_failures": 1}}
+        "set", {"expression": YEARLY, "version": 1, "params": {"gated_run": True}}
     )
     acts.expression = YEARLY
+    acts.run_gate.clear()
+    first: int = await handle.execute_update("trigger", {}, result_type=int)
     await handle.execute_update("trigger", {})
-    await handle.execute_update("trigger", {})
+    await eventually(lambda: first in [run["scheduled_time"] for run in acts.started], timeout=30)
+    settled = {"scheduled_time": first, "outcome": {"status": "complete"}}
+    await handle.signal("durability.run_settled", settled)
     await wait_for_applied(
         handle,
         "WORKFLOW_EXECUTION_SIGNALED",
@@ -145,6 +167,7 @@ async def settle_signal(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake
             == "durability.run_settled"
         ),
     )
+    acts.run_gate.set()
 
 
 async def redelivery_completion(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
@@ -228,6 +251,7 @@ async def _no_command_between(handle: WorkflowHandle[Any, Any], since: int, end:
 
 COMPLETIONS: dict[str, Step] = {
     "run_completion": run_completion,
+    "delivery_completion": delivery_completion,
     "lifecycle_completion": lifecycle_completion,
     "tick_while_busy": tick_while_busy,
     "settle_signal": settle_signal,

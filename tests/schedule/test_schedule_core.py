@@ -17,6 +17,7 @@ from workflows.schedule.core import (
     ScheduleCore,
     ScheduleState,
     Skipped,
+    attempts_begun,
     checked_next,
     parse_cancel,
     parse_redeliver,
@@ -26,6 +27,7 @@ from workflows.schedule.cron import next_occurrence
 from workflows.schedule.models import (
     JitterRange,
     Outcome,
+    OutcomeRetries,
     RunError,
     RunStatus,
     ScheduleInput,
@@ -526,3 +528,69 @@ def test_the_published_next_tick_is_never_later_than_the_real_one_nor_a_minute_e
         assert kept == wake_at
     else:
         assert 0 <= wake_at - kept <= NEXT_TICK_PUBLISH_SLACK_MS
+
+
+def test_a_stopped_run_frees_its_slot_and_waits_for_the_schedule_to_deliver() -> None:
+    core = ScheduleCore(ScheduleState(), every, ScheduleInput(max_concurrent_runs=1))
+    core.set(SetRequest(expression="every:1000", version=1), 0, lambda m: 0)
+    core.trigger(10)
+    core.take_startable()
+    core.trigger(20)  # queued behind 10
+    failed = Outcome(status="errored", error=RunError(name="Boom", message="no"))
+    assert core.stopped(10, failed) is True  # the queued run can take the slot
+    assert [run["state"] for run in core.runs()] == ["errored", "queued"]
+    assert [run.scheduled_time for run in core.take_startable()] == [20]
+    assert [run.scheduled_time for run in core.awaiting_delivery()] == [10]
+    assert core.state.runs[10].outcome() == failed
+    # Carried across continue-as-new with the attempts left, at least one.
+    core.delivery_interrupted(10, begun=3, max_attempts=10)
+    core.delivery_interrupted(10, begun=30, max_attempts=10)
+    assert core.state.runs[10].delivery_attempts_left == 1
+    carried = ScheduleState.model_validate(core.state.model_dump(mode="json"))
+    assert carried.runs[10].outcome_pending and carried.runs[10].delivery_attempts_left == 1
+    core.delivered(10, "o:10", RunError(name="Unavailable", message="down"))
+    assert [letter.outcome for letter in core.state.dead_letters] == [failed]
+    assert [run["scheduled_time"] for run in core.runs()] == [20]
+    assert core.stopped(20, Outcome(status="complete")) is False  # nothing queued
+    core.delivered(20, "o:20", None)
+    assert core.runs() == [] and len(core.state.dead_letters) == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    max_attempts=st.integers(1, 40),
+    initial=st.integers(1, 5000),
+    coefficient=st.floats(1.0, 4.0),
+    maximum_factor=st.integers(1, 50),
+    timeout=st.integers(1, 5000),
+    fractions=st.lists(st.floats(0.0, 1.0), min_size=40, max_size=40),
+    elapsed=st.integers(0, 2_000_000),
+)
+def test_attempts_begun_never_counts_an_attempt_that_may_not_have_begun(
+    max_attempts: int,
+    initial: int,
+    coefficient: float,
+    maximum_factor: int,
+    timeout: int,
+    fractions: list[float],
+    elapsed: int,
+) -> None:
+    """Simulate the retries of a delivery whose attempts all fail, each within its timeout
+    and taken at once: the attempts begun by `elapsed` are at least `attempts_begun`."""
+    retries = OutcomeRetries(
+        max_attempts=max_attempts,
+        initial_interval_ms=initial,
+        backoff_coefficient=coefficient,
+        maximum_interval_ms=initial * maximum_factor,
+    )
+    begun, at, interval = 0, 0.0, float(initial)
+    for attempt in range(max_attempts):
+        if at > elapsed:
+            break
+        begun += 1
+        at += fractions[attempt] * timeout + interval
+        interval = min(interval * coefficient, retries.maximum_interval_ms)
+    counted = attempts_begun(retries, timeout, elapsed, max_attempts)
+    assert 1 <= counted <= begun
+    # A long enough wait counts every attempt.
+    assert attempts_begun(retries, timeout, 10**12, max_attempts) == max_attempts

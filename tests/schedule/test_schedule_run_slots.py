@@ -197,7 +197,7 @@ async def test_a_dead_lettered_outcome_delivered_by_the_schedule_can_be_redelive
         await handle.execute_update("redeliver", {"idempotency_key": letter["idempotency_key"]})
 
         async def redelivered() -> bool:
-            return await handle.query("dead_letters") == []
+            return not await handle.query("dead_letters")
 
         await eventually(redelivered, timeout=30)
         assert receiver.accepted_keys == [letter["idempotency_key"]]
