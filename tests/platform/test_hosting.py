@@ -154,8 +154,9 @@ async def test_cancelling_the_activity_cancels_the_handler_and_waits_for_it() ->
 
 def test_the_run_activity_id_carries_the_timeout() -> None:
     assert plugin_run_timeout_ms(plugin_run_activity_id(900_000)) == 900_000
-    for other in ("1", "run", "run:timeout_ms=", "run:timeout_ms=0", "run:timeout_ms=-5",
-                  "run:timeout_ms=1e3", f"run:timeout_ms={2**31}", "run:timeout_ms=\u0663"):  # fmt: skip
+    prefix = "run:timeout_ms="
+    others = ["1", "run", prefix, f"{prefix}0", f"{prefix}-5", f"{prefix}1e3", f"{prefix}{2**31}"]
+    for other in [*others, f"{prefix}\u0663"]:
         assert plugin_run_timeout_ms(other) is None, other
 
 

@@ -25,7 +25,7 @@ from durability.client import DurabilityClient
 from durability.connect import data_converter
 from durability.plugin import DurabilityPlugin
 from tests.support.fleet import WorkerFleet
-from tests.support.helpers import cache_options, eventually, schedule_worker
+from tests.support.helpers import cache_options, eventually, record_history, schedule_worker
 from tests.support.recorder import Recorder
 from workflows.schedule.models import PLUGIN_RUN_STOP_ALLOWANCE_MS
 
@@ -49,8 +49,9 @@ def run_activity_scheduled(events: list[HistoryEvent], name: str = "run") -> Any
     return next(
         e.activity_task_scheduled_event_attributes
         for e in events
-        if e.event_type == SCHEDULED and e.activity_task_scheduled_event_attributes.activity_type.name == name
-    )  # fmt: skip
+        if e.event_type == SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == name
+    )
 
 
 @asynccontextmanager
@@ -170,9 +171,7 @@ async def test_a_plugin_hosted_run_past_its_deadline_keeps_its_slot_until_it_rea
     handler = SwallowingRun(swallow_s=3.0)
     durability = DurabilityClient(client, task_queue)
     async with plugin_worker(dev_server_address, task_queue, [handler.run]):
-        await start_plugin_schedule(
-            durability, unique, max_concurrent_runs=1, run_timeout_ms=1500
-        )
+        await start_plugin_schedule(durability, unique, max_concurrent_runs=1, run_timeout_ms=1500)
         first = await durability.trigger_schedule(unique)
         second = await durability.trigger_schedule(unique)
         await eventually(lambda: handler.cancelled_at is not None, timeout=20)
@@ -195,8 +194,12 @@ async def test_a_plugin_hosted_run_past_its_deadline_keeps_its_slot_until_it_rea
     result = await client.get_workflow_handle(f"schedule-run:{unique}:{first}").result()
     assert result["outcome"]["error"]["name"] == "ScheduledRunTimeoutError", result
     assert "run_timeout_ms=1500" in result["outcome"]["error"]["message"]
+    run_handle = client.get_workflow_handle(f"schedule-run:{unique}:{first}")
+    record_history("schedule_run_0_1_1_plugin_timeout", await run_handle.fetch_history())
     events = await run_events(client, unique, first)
-    assert TIMER_STARTED not in [e.event_type for e in events]
+    assert TIMER_STARTED not in [e.event_type for e in events] and MARKER in [
+        e.event_type for e in events
+    ]
     scheduled = run_activity_scheduled(events)
     assert scheduled.activity_id == "run:timeout_ms=1500"
     assert scheduled.heartbeat_timeout.ToTimedelta() == timedelta(seconds=30)
@@ -232,12 +235,8 @@ async def test_a_handler_that_returns_normally_after_its_deadline_ends_as_timeou
             result = await asyncio.wait_for(handle.result(), 20)
     assert result["outcome"]["error"]["name"] == "ScheduledRunTimeoutError", result
     events = await run_events(client, unique, first)
-    ended = next(
-        e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
-    )
-    started = next(
-        e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-    )
+    ended = next(e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED)
+    started = next(e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED)
     held = ended.event_time.ToDatetime() - started.event_time.ToDatetime()
     assert held >= timedelta(seconds=2.4), "the run held its slot until the handler returned"
 
@@ -349,3 +348,6 @@ async def test_a_plugin_hosted_run_shorter_than_the_heartbeat_interval_records_n
         assert await last_heartbeat_seen(client, run_id, 3.5) is recorded
         result = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 20)
     assert result["outcome"]["status"] == "complete", result
+    if heartbeat_ms is None:
+        history = await client.get_workflow_handle(run_id).fetch_history()
+        record_history("schedule_run_0_1_1_plugin_complete", history)
