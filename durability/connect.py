@@ -80,8 +80,11 @@ def load_connect_config(env: Mapping[str, str] | None = None) -> ClientConnectCo
 
 
 def interceptors() -> list[Interceptor]:
-    """OpenTelemetry tracing on every client and worker."""
-    return [TracingInterceptor()]
+    """OpenTelemetry tracing on every client and worker, and, on every worker, the hosting of
+    plugin-hosted schedule runs (`durability.hosting`)."""
+    from durability.hosting import RunHostInterceptor
+
+    return [TracingInterceptor(), RunHostInterceptor()]
 
 
 async def connect(

@@ -11,6 +11,12 @@ The plugin gives the client the pydantic data converter (with the encryption cod
 activities. A built-in activity whose name your worker already registers is left out, so
 your own `run` / `on_outcome` / `compile` / `submit` / `query` take its place.
 
+It also hosts the runs of schedules whose `run_host` is `plugin` (the default when their
+`activity_task_queue` is null): each such run activity its worker executes, the built-in
+`run` or your own activity under the schedule's `run_activity` name, is wrapped by
+`durability.hosting.RunHostInterceptor`, which heartbeats for it and enforces its
+`run_timeout_ms` in the worker (S9, S10).
+
 Pass it to `Client.connect` (workers built from that client inherit it) or to one
 `Worker`, not both: Temporal applies a client's plugins to its workers, so both would
 register everything twice. On the client it replaces the client's data converter:

@@ -254,7 +254,14 @@ async def test_run_killed_mid_flight_is_interrupted_even_if_the_run_timer_fires_
             "@every 1s",
             1,
             params={"url": f"{base}/run", "outcome_url": f"{base}/outcome"},
-            options={**OPTIONS, "run_timeout_ms": 3000, "run_heartbeat_timeout_ms": 1000},
+            # External: the child's own run timer is what races the heartbeat timeout (a
+            # plugin-hosted run has no timer: tests/schedule/test_plugin_runs.py).
+            options={
+                **OPTIONS,
+                "run_timeout_ms": 3000,
+                "run_heartbeat_timeout_ms": 1000,
+                "run_host": "external",
+            },
         )
         await eventually(lambda: bool(recorder.runs), timeout=30)
         await durability.cancel_schedule(object_id)

@@ -300,6 +300,7 @@ def schedule_start_inputs(max_depth: int) -> st.SearchStrategy[tuple[Any, str]]:
             "outcome_activity": st.just("on_outcome") | names,
             "lifecycle_activity": st.sampled_from([None, "lifecycle"]) | names,
             "activity_task_queue": st.none() | names,
+            "run_host": st.sampled_from(["plugin", "external"]),
         },
     )
     # Unknown start fields are ignored (contract 2.1).
@@ -632,6 +633,7 @@ PINNED_SCHEDULE_STARTS: list[tuple[Any, str, str | None]] = [
     ({"run_activity": "r" * 1001}, "run_activity", None),
     ({"activity_task_queue": "/_sys/x"}, "activity_task_queue", None),
     ({"activity_task_queue": "q" * 2000}, "activity_task_queue", None),
+    ({"run_host": "worker"}, "run_host", None),
     ({"outcome_retries": {"max_attempts": 2**40}}, "max_attempts", None),  # an int32
     ({"x": DEEP_205}, "cannot be decoded", None),  # deeper than the converter reads
 ]

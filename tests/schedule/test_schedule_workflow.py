@@ -219,9 +219,10 @@ async def test_a_run_whose_worker_stops_heartbeating_is_interrupted_not_rerun(
 ) -> None:
     recorder = ScheduleFake()
     schedule = every_second(sleep_ms=3000, no_heartbeat=True)
-    async with live_schedule(
-        client, task_queue, unique, recorder, schedule, run_heartbeat_timeout_ms=1000
-    ) as handle:
+    # Hosted externally: a plugin-hosted run's worker heartbeats for it while it lives (a
+    # plugin-hosted run whose worker is killed: tests/schedule/test_plugin_runs.py).
+    settings = {"run_heartbeat_timeout_ms": 1000, "run_host": "external"}
+    async with live_schedule(client, task_queue, unique, recorder, schedule, **settings) as handle:
         await eventually(lambda: recorder.started)
         await cancel_and_drain(handle)
 

@@ -55,6 +55,45 @@ class SkipReason(StrEnum):
     STATE_BUDGET = "state_budget"
 
 
+class RunHost(StrEnum):
+    """Who hosts a schedule's run activity (the `run_host` start field)."""
+
+    # A worker with `DurabilityPlugin`: the plugin heartbeats for the run and enforces
+    # `run_timeout_ms` in the worker, so the run's child sets no timer of its own.
+    PLUGIN = "plugin"
+    # Anything else (another SDK, a worker without the plugin): the child's own timer
+    # bounds the run; cancellation reaches it only through its heartbeats.
+    EXTERNAL = "external"
+
+
+# Heartbeat timeout of a plugin-hosted run when `run_heartbeat_timeout_ms` is not set: a run
+# whose worker died is reported interrupted (S10) this long after its last heartbeat.
+PLUGIN_RUN_HEARTBEAT_TIMEOUT_MS = 30_000
+# How long past `run_timeout_ms` the server lets a plugin-hosted run activity go on (its
+# start-to-close timeout is `run_timeout_ms` plus this): the worker cancels the handler at
+# the deadline and keeps heartbeating until it really stops, so only a handler still going a
+# day after its deadline is abandoned by the server (reported ScheduledRunTimeoutError).
+PLUGIN_RUN_STOP_ALLOWANCE_MS = 24 * 3600 * 1000
+# The activity ID a plugin-hosted run activity is scheduled with: it tells the plugin's
+# worker that the activity is a schedule's run and what its deadline is (the run activity's
+# argument is wire contract, so the timeout cannot travel there).
+PLUGIN_RUN_ACTIVITY_ID_PREFIX = "run:timeout_ms="
+
+
+def plugin_run_activity_id(run_timeout_ms: int) -> str:
+    """The activity ID of a plugin-hosted run activity with this timeout."""
+    return f"{PLUGIN_RUN_ACTIVITY_ID_PREFIX}{run_timeout_ms}"
+
+
+def plugin_run_timeout_ms(activity_id: str) -> int | None:
+    """The run timeout a plugin-hosted run activity's ID carries; None for any other ID."""
+    digits = activity_id.removeprefix(PLUGIN_RUN_ACTIVITY_ID_PREFIX)
+    if digits == activity_id or not digits.isdigit() or not digits.isascii():
+        return None
+    timeout = int(digits)
+    return timeout if 1 <= timeout <= MAX_DELAY_MS else None
+
+
 class ScheduleInput(BaseModel):
     """Start input of `DurabilitySchedule`; every field is optional."""
 
@@ -78,9 +117,19 @@ class ScheduleInput(BaseModel):
     outcome_activity: ActivityName = "on_outcome"
     lifecycle_activity: ActivityName | None = None
     activity_task_queue: TaskQueueName | None = None
+    # Who hosts the run activity; None: `plugin` when `activity_task_queue` is null (the
+    # run runs on durability's own task queue), else `external` (see `hosted_by`).
+    run_host: RunHost | None = None
     # Not part of the wire contract: continue-as-new once history has this many events
     # (None: when Temporal suggests it, or at DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS).
     continue_as_new_after_events: int | None = Field(None, ge=10)
+
+    def hosted_by(self) -> RunHost:
+        """`run_host`, or what its absence means (also for a run's settings recorded before
+        the field existed)."""
+        if self.run_host is not None:
+            return self.run_host
+        return RunHost.PLUGIN if self.activity_task_queue is None else RunHost.EXTERNAL
 
 
 class JitterRange(BaseModel):

@@ -35,6 +35,7 @@ from temporalio.exceptions import (
     ChildWorkflowError,
     FailureError,
     RetryState,
+    TimeoutType,
     WorkflowAlreadyStartedError,
     is_cancelled_exception,
 )
@@ -50,6 +51,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.schedule.lifecycle import Lifecycle
     from workflows.schedule.models import (
         OUTCOME_TIMEOUT_ERROR,
+        PLUGIN_RUN_HEARTBEAT_TIMEOUT_MS,
+        PLUGIN_RUN_STOP_ALLOWANCE_MS,
         RUN_ACKNOWLEDGED_SIGNAL,
         RUN_INTERRUPTED_ERROR,
         RUN_SETTLED_SIGNAL,
@@ -57,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         Outcome,
         RunAcknowledged,
         RunError,
+        RunHost,
         RunSettled,
         ScheduledRunInput,
         ScheduledRunObject,
@@ -64,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         ScheduleInput,
         idempotency_key,
         lifecycle_event,
+        plugin_run_activity_id,
         run_workflow_id,
     )
     from workflows.schedule.status import iso
@@ -81,6 +86,9 @@ RUN_CANCEL_GRACE = timedelta(seconds=30)
 # Recorded by a schedule when it starts a run whose outcome it delivers itself, and by such a
 # run when it ends as its run stops (docs/upgrading.md).
 SCHEDULE_DELIVERS_PATCH = "schedule-delivers-outcomes"
+# Plugin-hosted runs (`run_host` "plugin"): no run timer, a default heartbeat timeout, the
+# run's timeout in the activity ID (`run_call`).
+PLUGIN_RUNS_PATCH = "plugin-hosted-runs"
 
 
 @workflow.defn(name=RUN_WORKFLOW_TYPE, sandboxed=SANDBOXED)
@@ -159,24 +167,23 @@ class ScheduledRunWorkflow:
 
     async def _execute(self) -> Outcome:
         settings = self._input.settings
-        heartbeat = settings.run_heartbeat_timeout_ms
+        call = run_call(settings, hosted=self._hosted())
         handle = workflow.start_activity(
             settings.run_activity,
             self._input.run,
             task_queue=settings.activity_task_queue,
-            start_to_close_timeout=timedelta(milliseconds=settings.run_timeout_ms)
-            + RUN_CANCEL_GRACE,
-            heartbeat_timeout=None if heartbeat is None else timedelta(milliseconds=heartbeat),
+            activity_id=call.activity_id,
+            start_to_close_timeout=call.start_to_close,
+            heartbeat_timeout=call.heartbeat,
             retry_policy=RetryPolicy(maximum_attempts=1),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=f"run {self._input.run.idempotency_key}",
         )
         timed_out = cancelled = False
         try:
+            # A plugin-hosted run has no timer: its worker enforces the deadline.
             await workflow.wait_condition(
-                handle.done,
-                timeout=timedelta(milliseconds=settings.run_timeout_ms),
-                timeout_summary="run timeout",
+                handle.done, timeout=call.timer, timeout_summary="run timeout"
             )
         except TimeoutError:
             # When the run timer and the activity's own end (e.g. a heartbeat timeout after
@@ -201,7 +208,13 @@ class ScheduledRunWorkflow:
             return errored(RUN_INTERRUPTED_ERROR, "the run was cancelled before it finished")
         if failure is None:
             return Outcome(status="complete")
-        return _errored_from(failure)
+        return _errored_from(failure, hosted=call.timer is None)
+
+    def _hosted(self) -> bool:
+        """Whether the plugin hosts this run (the new commands, behind their patch: a run
+        recorded before keeps its timer)."""
+        hosted = self._input.settings.hosted_by() is RunHost.PLUGIN
+        return hosted and workflow.patched(PLUGIN_RUNS_PATCH)
 
     async def _signal_schedule(self, signal: str, payload: RunSettled | RunAcknowledged) -> None:
         handle = workflow.get_external_workflow_handle(self._input.schedule_workflow_id)
@@ -325,9 +338,48 @@ def errored(name: str, message: str) -> Outcome:
     return Outcome(status="errored", error=RunError(name=name, message=message))
 
 
-def _errored_from(failure: BaseException) -> Outcome:
+@dataclass(frozen=True)
+class RunCall:
+    """How the child calls the run activity: its ID (None: the SDK's), timeouts, and the run
+    timer (None: none)."""
+
+    activity_id: str | None
+    start_to_close: timedelta
+    heartbeat: timedelta | None
+    timer: timedelta | None
+
+
+def run_call(settings: ScheduleInput, *, hosted: bool) -> RunCall:
+    """A plugin-hosted run (`hosted`) carries its timeout in its activity ID for the worker
+    that enforces it, heartbeats by default, may run a day past its deadline while it winds
+    down, and gets no timer; any other run keeps its timer and a 30 s grace (S9, S10)."""
+    timeout = timedelta(milliseconds=settings.run_timeout_ms)
+    heartbeat_ms = settings.run_heartbeat_timeout_ms
+    if hosted:
+        return RunCall(
+            activity_id=plugin_run_activity_id(settings.run_timeout_ms),
+            start_to_close=timeout + timedelta(milliseconds=PLUGIN_RUN_STOP_ALLOWANCE_MS),
+            heartbeat=timedelta(milliseconds=heartbeat_ms or PLUGIN_RUN_HEARTBEAT_TIMEOUT_MS),
+            timer=None,
+        )
+    return RunCall(
+        activity_id=None,
+        start_to_close=timeout + RUN_CANCEL_GRACE,
+        heartbeat=None if heartbeat_ms is None else timedelta(milliseconds=heartbeat_ms),
+        timer=timeout,
+    )
+
+
+def _errored_from(failure: BaseException, *, hosted: bool = False) -> Outcome:
     cause = failure.cause if isinstance(failure, ActivityError) else failure
     error = _error_of(cause, timeout_name=RUN_INTERRUPTED_ERROR)
+    if (
+        hosted
+        and isinstance(cause, TemporalTimeoutError)
+        and cause.type == TimeoutType.START_TO_CLOSE
+    ):
+        # Still going a day past its deadline: the server gave up on it (S9).
+        error = RunError(name=RUN_TIMEOUT_ERROR, message=error.message)
     if isinstance(cause, CancelledError | asyncio.CancelledError):
         error = RunError(name=RUN_INTERRUPTED_ERROR, message="the run activity was cancelled")
     return Outcome(status="errored", error=error)

@@ -47,6 +47,9 @@ export interface ScheduleStartInput {
   outcome_activity?: string;
   lifecycle_activity?: string | null;
   activity_task_queue?: string | null;
+  // Who hosts the run activity; absent: "plugin" when activity_task_queue is null, else
+  // "external". A TypeScript run worker is "external".
+  run_host?: "plugin" | "external";
 }
 
 /** 2.2 `set` payload (signal and update; unknown fields are refused). */
