@@ -85,6 +85,37 @@ class BenchChainChild:
         await workflow.execute_activity("bench_mark", args, start_to_close_timeout=ACTIVITY_TIMEOUT)
 
 
+@workflow.defn(name="BenchAwaitedChain", sandboxed=SANDBOXED)
+class BenchAwaitedChain:
+    """A raw tick of the schedule's shape for replay comparison (`python -m bench.coldtick`):
+    timer -> child workflow -> no-op activity, awaiting each child before the next timer, so
+    a tick is 3 workflow tasks and 14 events (the schedule's 15 less its memo upsert).
+    `ticks` ticks, `period_ms` timers (short: replay cost does not depend on the wall time
+    between events); returns the tick count."""
+
+    @workflow.run
+    async def run(self, args: dict[str, Any]) -> int:
+        ticks = int(args["ticks"])
+        period = timedelta(milliseconds=int(args.get("period_ms", 50)))
+        workflow_id = workflow.info().workflow_id
+        for tick in range(ticks):
+            await workflow.sleep(period)
+            await workflow.execute_child_workflow(
+                "BenchAwaitedChild",
+                {"tick": tick},
+                id=f"{workflow_id}:{tick}",
+                parent_close_policy=ParentClosePolicy.ABANDON,
+            )
+        return ticks
+
+
+@workflow.defn(name="BenchAwaitedChild", sandboxed=SANDBOXED)
+class BenchAwaitedChild:
+    @workflow.run
+    async def run(self, args: dict[str, Any]) -> None:
+        await workflow.execute_activity("bench_noop", start_to_close_timeout=ACTIVITY_TIMEOUT)
+
+
 @workflow.defn(name="BenchNativeRun", sandboxed=SANDBOXED)
 class BenchNativeRun:
     """Started by a native Temporal Schedule: run the same no-op activity, telling it the
@@ -222,4 +253,6 @@ BENCH_WORKFLOWS: list[type] = [
     BenchRawLedger,
     BenchHopChild,
     BenchChildHops,
+    BenchAwaitedChain,
+    BenchAwaitedChild,
 ]
