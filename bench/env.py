@@ -17,7 +17,7 @@ from activities.ledger import ledger_activities
 from activities.schedule import schedule_activities
 from bench.activities import BENCH_ACTIVITIES
 from bench.workflows import BENCH_WORKFLOWS
-from durability.connect import data_converter
+from durability.connect import data_converter, interceptors
 from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli
 from durability.registry import all_workflows, workflow_runner
 from workflows import search_attributes
@@ -36,6 +36,7 @@ async def dev_server(file_backed: bool) -> AsyncIterator[tuple[WorkflowEnvironme
             dev_server_log_level="error",
             search_attributes=search_attributes.ALL,
             data_converter=data_converter(),
+            interceptors=interceptors(),
             ip="127.0.0.1",
         )
         try:

@@ -95,7 +95,9 @@ async def run_load(
                     {
                         "run_activity": "bench_run",
                         "outcome_activity": "bench_outcome",
-                        "activity_task_queue": task_queue,
+                        # No activity_task_queue: the run activity runs on the schedule's own
+                        # queue, on a worker with the plugin's interceptors (bench.env), the
+                        # default case (run_host "plugin": no run timer).
                     },
                     id=f"schedule:{key}",
                     task_queue=task_queue,
