@@ -107,13 +107,15 @@ def ms_of(moment: datetime) -> int:
 
 
 def patch_markers(history: WorkflowHistory) -> list[str]:
-    """The patch IDs of the history's patch markers."""
+    """The day rule's patch markers in the history (other patches' markers are not this
+    file's business: a schedule records them too)."""
     return [
-        json.loads(payload.data)["id"]
+        patch_id
         for event in history.events
         if event.HasField("marker_recorded_event_attributes")
         and event.marker_recorded_event_attributes.marker_name == "core_patch"
         for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads
+        if (patch_id := json.loads(payload.data)["id"]) == CLASSIC_DAY_RULE_PATCH
     ]
 
 
