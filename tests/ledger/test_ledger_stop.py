@@ -16,7 +16,7 @@ import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from tests.ledger.test_ledger_workflow import enqueue, live_ledger, record_history
-from tests.support.helpers import eventually
+from tests.support.helpers import durability_cli, eventually
 from tests.support.ledger import DELAY_HEADER, Answer, LedgerServer, intent, operations, snapshot
 from workflows.ledger.models import RetryConfig
 
@@ -192,3 +192,38 @@ async def test_a_bad_stop_is_refused_naming_the_field_and_changes_nothing(
         ] in str(cause)
         assert (await snapshot(handle))["stopped"] is False
         await handle.terminate("test done")
+
+
+async def test_the_cli_prints_what_stop_resolved_and_what_stays_unknown(
+    client: Client, dev_server_address: str, task_queue: str, unique: str
+) -> None:
+    """`durability ledger stop` shows the resolved-at-stop and unknown requests as tables;
+    `durability ledger final` shows them again once the ledger is stopped."""
+
+    def a_applied_b_undecided(method: str, request_id: str, _count: int) -> Answer:
+        if method == "POST":
+            return 202, {}, {"outcome": "accepted"}
+        return 200, {}, {"outcome": "applied" if request_id in applied_ids else "accepted"}
+
+    applied_ids: set[str] = set()
+    async with live_ledger(client, task_queue, unique, a_applied_b_undecided, retry=SLOW_RETRY) as (
+        server,
+        handle,
+    ):
+        await enqueue(handle, intent("a", ["c1"]), intent("b", ["c2"]))
+        await all_waiting(handle, 2)
+        by_op = {body["operation_ids"][0]: rid for rid, body in sent_bodies(server).items()}
+        applied_ids.add(by_op["a"])
+        shown = await durability_cli(dev_server_address, "ledger", "stop", unique)
+    text = shown.stdout
+    assert "resolved at stop:" in text
+    resolved_block = text.split("resolved at stop:")[1].split("unknown:")[0]
+    assert by_op["a"] in resolved_block and "applied" in resolved_block
+    assert "unknown: 1 request(s) may have reached the far side" in text
+    [row] = [line for line in text.split("unknown: 1")[1].splitlines() if by_op["b"] in line]
+    assert row.split() == [by_op["b"], "b", "accepted", "2", "query", "accepted", by_op["b"]]
+    again = await durability_cli(dev_server_address, "ledger", "final", unique)
+    assert again.stdout == text
+    as_json = await durability_cli(dev_server_address, "--json", "ledger", "final", unique)
+    [entry] = json.loads(as_json.stdout)["unknown"]
+    assert entry["request"] == sent_bodies(server)[by_op["b"]]
