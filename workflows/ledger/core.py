@@ -852,9 +852,9 @@ NOT_ASKED = "not_asked"
 # the list stays under this many bytes as JSON; past it, entries name the request, its
 # operations, attempt and next action only (`request_left_out`): the body is then read from
 # the start input of the request's workflow (`request:<ledger_id>:<request_id>`). With the
-# snapshot page (at most 200 operations and their requests) the final result stays under
-# 2 MB (tests/ledger/test_ledger_bounds.py measures the worst case).
-MAX_UNKNOWN_BYTES = 512 * 1024
+# snapshot page (at most 200 operations and their requests) the final result stays well under
+# 2 MB (tests/ledger/test_ledger_stop_core.py measures the worst cases).
+MAX_UNKNOWN_BYTES = 384 * 1024
 
 
 def parse_stop(raw: Any) -> StopInput:
