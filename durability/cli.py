@@ -386,7 +386,47 @@ def show_skip(result: Any, args: argparse.Namespace) -> str:
 
 
 async def ledger_stop(client: DurabilityClient, args: argparse.Namespace) -> Any:
-    return await client.stop(args.ledger_id)
+    return await client.stop(
+        args.ledger_id, query_limit=args.query_limit, query_deadline_ms=args.query_deadline_ms
+    )
+
+
+async def ledger_final(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return await client.final_result(args.ledger_id)
+
+
+def show_stop(result: Any, args: argparse.Namespace) -> str:
+    """The final snapshot, then what the stop's queries resolved and what stays unknown."""
+    parts = [show_snapshot(result, args)]
+    resolved = result.get("resolved_at_stop") or []
+    if resolved:
+        rows = [
+            (r.get("request_id"), ",".join(r.get("operation_ids") or []), r.get("outcome"))
+            for r in resolved
+        ]
+        parts.append("resolved at stop:\n" + table(("request", "operations", "outcome"), rows))
+    unknown = result.get("unknown")
+    if unknown is None:  # a final result recorded before 0.1.1
+        return "\n\n".join(parts)
+    if not unknown:
+        parts.append("unknown: none (every request sent was resolved, or never sent)")
+        return "\n\n".join(parts)
+    unknown_rows = [
+        (u.get("request_id"), ",".join(u.get("operation_ids") or []), u.get("at_stop"),
+         u.get("attempt"), u.get("next_action"),
+         ((u.get("last_status") or {}).get("outcome")),
+         (u.get("request") or {}).get("idempotency_key", "(body left out)"))
+        for u in unknown
+    ]  # fmt: skip
+    parts.append(
+        f"unknown: {len(unknown)} request(s) may have reached the far side and are not "
+        "resolved; ask the far side about each by its idempotency key before enqueueing it "
+        "again (--json prints each frozen body)\n"
+        + table(
+            ("request", "operations", "at_stop", "attempt", "next", "last", "key"), unknown_rows
+        )
+    )
+    return "\n\n".join(parts)
 
 
 async def ledger_snapshot(client: DurabilityClient, args: argparse.Namespace) -> Any:
@@ -498,7 +538,10 @@ LEDGER_COMMANDS: tuple[tuple[str, Command, Show, str], ...] = (
      "resolve a stuck (pending or blocked) operation as skipped"),
     ("hold", ledger_hold, show_fields, "stop new launches; prints a token"),
     ("resume", ledger_resume, show_resume, "retry unresolved and blocked requests"),
-    ("stop", ledger_stop, show_snapshot, "stop the ledger; prints the final snapshot"),
+    ("stop", ledger_stop, show_stop,
+     "stop the ledger, asking about requests sent; prints the final result"),
+    ("final", ledger_final, show_stop,
+     "a stopped ledger's final result: what stop resolved, what stays unknown"),
     ("snapshot", ledger_snapshot, show_snapshot, "operations and requests, a page"),
     ("claims", ledger_claims, show_claims, "which request holds each canvas"),
 )  # fmt: skip
@@ -576,6 +619,15 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--signal", action="store_true", help="signal-with-start instead")
     cmd.add_argument("--new", action="store_true", help=NEW_HELP.format(what="ledger"))
     commands["release"].add_argument("token")
+    cmd = commands["stop"]
+    cmd.add_argument(
+        "--query-limit", type=int, help="ask at most this many requests (0..100, default 100)"
+    )
+    cmd.add_argument(
+        "--query-deadline-ms",
+        type=int,
+        help="stop asking after this long (0..60000, default 60000); 0 asks none",
+    )
     cmd = commands["skip"]
     cmd.add_argument("operation_id")
     cmd.add_argument("--reason", help='recorded as the operation\'s error (default "skipped")')
@@ -749,8 +801,8 @@ def run_command(args: argparse.Namespace) -> int:
         return fail(str(error), 2)
     except RejectedError as error:
         return fail(f"{error.update} rejected by {error.workflow_id}: {error}", 1)
-    except ClosedError as error:
-        return fail(error.closed + ("; --new starts a new one" if error.start_refused else ""), 1)
+    except ClosedError as error:  # LedgerStopped included: its sentence names `--new`
+        return fail(error.sentence("--new"), 1)
     except NotFoundError as error:
         return fail(str(error), 1)
     except WorkflowQueryFailedError as error:

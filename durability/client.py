@@ -193,8 +193,52 @@ class ClosedError(Exception):
         because = f": {self.reason}" if self.reason else ""
         return f"{summary_for(self.workflow_id)} is closed ({self.status}{because})"
 
+    # The refusal's kind, as `RejectedError.type` names one: None for a closed workflow in
+    # general, "LedgerStopped" for a ledger that completed by `stop` (`LedgerStopped`).
+    type: str | None = None
+    # How a caller asks for a new workflow under the ID (the CLI says `--new`).
+    NEW_ARGUMENT = "new=True"
+
     def __str__(self) -> str:
-        return self.closed + ("; new=True starts a new one" if self.start_refused else "")
+        return self.sentence(self.NEW_ARGUMENT)
+
+    def sentence(self, new_argument: str) -> str:
+        """The refusal as one sentence, naming how to start a new one (`new_argument`)."""
+        return self.closed + (f"; {new_argument} starts a new one" if self.start_refused else "")
+
+
+class LedgerStopped(ClosedError):
+    """The ledger of that ID completed by `stop` (a ledger completes no other way): it takes
+    no message, and a with-start (`enqueue`, `signal_enqueue`) is refused unless called with
+    `new=True`, which starts a new, empty ledger under the ID: it knows none of the stopped
+    one's operations, requests or IDs. `type` is "LedgerStopped". `final_result` reads what
+    the stopped one completed with, its `unknown` requests included."""
+
+    type = "LedgerStopped"
+
+    @property
+    def closed(self) -> str:
+        """`ledger doc-7 is stopped (its last run completed by stop)`."""
+        return f"{summary_for(self.workflow_id)} is stopped (its last run completed by stop)"
+
+    def sentence(self, new_argument: str) -> str:
+        if not self.start_refused:
+            return self.closed
+        ledger_id = self.workflow_id.removeprefix("ledger:")
+        return (
+            f"{self.closed}: enqueue refused, nothing was created; {new_argument} starts a "
+            f"new, empty ledger under ID {ledger_id!r}, without the stopped one's operations, "
+            "requests or IDs (reconcile its unknown requests first: docs/contract.md, stop)"
+        )
+
+
+def closed_error(
+    workflow_id: str, status: str, reason: str | None, *, start_refused: bool = False
+) -> ClosedError:
+    """The ClosedError for a closed workflow: `LedgerStopped` for a ledger that completed."""
+    if workflow_id.startswith("ledger:") and status == "completed":
+        return LedgerStopped(workflow_id, status, reason, start_refused=start_refused)
+    return ClosedError(workflow_id, status, reason, start_refused=start_refused)
 
 
 class UnansweredError(TimeoutError):
@@ -353,6 +397,12 @@ def _check_snapshot(page: Any) -> object:
     from workflows.ledger import core as ledger_core
 
     return ledger_core.parse_snapshot_query(page)
+
+
+def _check_stop(payload: Any) -> object:
+    from workflows.ledger import core
+
+    return core.parse_stop(payload)
 
 
 def _check_skip(raw: Any) -> object:
@@ -563,7 +613,7 @@ class DurabilityClient:
         status = CLOSED_STATUS.get(description.status) if description.status else None
         if status is None:  # running, or continued as new: the next run runs
             return None
-        return ClosedError(workflow_id, status, await self._close_reason(handle))
+        return closed_error(workflow_id, status, await self._close_reason(handle))
 
     async def _close_reason(self, handle: WorkflowHandle[Any, Any]) -> str | None:
         """Why the closed workflow of `handle` closed, as its history records it."""
@@ -648,7 +698,7 @@ class DurabilityClient:
         description = await handle.describe()
         status = CLOSED_STATUS.get(description.status) if description.status else None
         if status is not None:
-            raise ClosedError(handle.id, status, await self._close_reason(handle))
+            raise closed_error(handle.id, status, await self._close_reason(handle))
 
     async def _signal_with_start(self, sent: _WithStart, *, new: bool = False) -> None:
         """Fire and forget, after the checks the workflow would drop the signal for."""
@@ -702,7 +752,7 @@ class DurabilityClient:
             return await self._answer(workflow_id, query, ask)
         except WorkflowQueryRejectedError as error:
             status = CLOSED_STATUS.get(error.status) if error.status else None
-            raise ClosedError(
+            raise closed_error(
                 workflow_id, status or "closed", await self._close_reason(handle)
             ) from error
 
@@ -968,11 +1018,44 @@ class DurabilityClient:
         _checked(workflow_id, "skip", lambda: _check_skip(payload))
         await self._signal(workflow_id, "skip", payload)
 
-    async def stop(self, ledger_id: str) -> dict[str, Any]:
-        """Stop dispatching, cancel in-flight requests; returns the final snapshot. The
-        ledger then completes: its ID takes a new ledger only with `enqueue(..., new=True)`."""
-        snapshot: dict[str, Any] = await self._update(ledger_workflow_id(ledger_id), "stop", {})
-        return snapshot
+    async def stop(
+        self,
+        ledger_id: str,
+        *,
+        query_limit: int | None = None,
+        query_deadline_ms: int | None = None,
+    ) -> dict[str, Any]:
+        """Stop dispatching, cancel in-flight requests, ask the far side once about each
+        request it may have received; returns the final result: the final snapshot with
+        `resolved_at_stop` (what those queries resolved) and `unknown` (what stays unknown,
+        each with its frozen body; see `unknown_requests`). The ledger then completes: its
+        ID takes a new ledger only with `enqueue(..., new=True)`; another `stop` raises
+        LedgerStopped. `query_limit` (0..100, default 100) and `query_deadline_ms`
+        (0..60000, default 60000) bound the asking; 0 asks none."""
+        workflow_id = ledger_workflow_id(ledger_id)
+        bound = (("query_limit", query_limit), ("query_deadline_ms", query_deadline_ms))
+        payload = {key: value for key, value in bound if value is not None}
+        _checked(workflow_id, "stop", lambda: _check_stop(payload))
+        result: dict[str, Any] = await self._update(workflow_id, "stop", payload)
+        return result
+
+    async def final_result(self, ledger_id: str) -> dict[str, Any]:
+        """What a stopped ledger completed with (the result `stop` returned), read again:
+        its `unknown` requests are what a user reconciles with the far side. A running
+        ledger raises RejectedError (type "LedgerRunning"); no ledger, NotFoundError; a
+        failed or terminated one, ClosedError."""
+        workflow_id = ledger_workflow_id(ledger_id)
+        why = await self._closed_or_missing(workflow_id)
+        if why is None:
+            raise RejectedError(
+                f"{summary_for(workflow_id)} is running: it has a final result once stopped",
+                update="final_result", workflow_id=workflow_id, type="LedgerRunning",
+            )  # fmt: skip
+        if not isinstance(why, LedgerStopped):
+            raise why
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        result: dict[str, Any] = await handle.result(follow_runs=False)
+        return result
 
     async def snapshot(
         self,
@@ -1003,3 +1086,13 @@ class DurabilityClient:
 def _reuse_policy(new: bool) -> WorkflowIDReusePolicy:
     """A with-start never silently replaces a closed workflow: `new` asks for it."""
     return WorkflowIDReusePolicy.ALLOW_DUPLICATE if new else WorkflowIDReusePolicy.REJECT_DUPLICATE
+
+
+def unknown_requests(final: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The requests a stopped ledger's final result lists as unknown: each may have reached
+    the far side and is not resolved. `request_id`, `operation_ids`, `request` (the frozen
+    body; its `idempotency_key` is what to ask the far side about), `next_action` (`query`),
+    `attempt`, `last_status`, `at_stop` (what the stop's query gave: `accepted`,
+    `unresolved`, `blocked`, `no_answer`, or `not_asked`). A final result recorded before
+    0.1.1 has none listed: its unresolved requests are in `requests`."""
+    return list(final.get("unknown") or [])

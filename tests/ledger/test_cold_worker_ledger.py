@@ -249,3 +249,50 @@ async def _hold_while(case: Case, completion: Callable[[Case], Awaitable[None]])
         case.token = await case.handle.execute_update("hold", {}, result_type=str)
 
     await asyncio.gather(completion(case), admitted_then_held())
+
+
+async def test_a_stop_whose_final_query_answers_at_a_cold_worker(client: Client) -> None:
+    """`stop` comes while A waits after `accepted`; its final query runs while the workflow
+    worker that began the stop goes away, and answers `applied` once only a cold worker is
+    left, which gets a `skip` at once too: it must rebuild the stop mid-flight, apply the
+    answer and complete with A resolved at stop."""
+    suffix, task_queue, activity_queue = cold_names()
+    acts = LedgerActivities()
+    start = {
+        "activity_task_queue": activity_queue,
+        "concurrency": 4,
+        "retry": {"initial_interval_ms": 60_000, "maximum_interval_ms": 60_000},
+    }
+    async with activity_worker(client, activity_queue, acts.all()):
+        async with workflow_worker(client, task_queue):
+            handle = await client.start_workflow(
+                "OperationLedger", start, id=f"ledger:cold-{suffix}", task_queue=task_queue
+            )
+            await enqueue(
+                handle, op("D", None), op("A", "c0", submit_outcome="accepted", query_ms=1500)
+            )
+
+            async def waiting_for_its_query() -> bool:
+                snap: dict[str, Any] = await handle.query("snapshot")
+                return any(r["attempt"] == 1 for r in snap["requests"])
+
+            await eventually(waiting_for_its_query, timeout=30)
+            stopping = asyncio.create_task(handle.execute_update("stop", {}, result_type=dict))
+            await eventually(lambda: acts.queried, timeout=30)  # the final query runs
+        # The answer is in; no workflow worker has seen it. A skip is sent before one starts.
+        await eventually(lambda: acts.answered, timeout=30)
+        assert not stopping.done()
+        skipping = asyncio.create_task(handle.execute_update("skip", {"operation_id": "D"}))
+        async with workflow_worker(client, task_queue):
+            final = await stopping
+            skipped = await asyncio.gather(skipping, return_exceptions=True)
+    [request_id] = acts.queried
+    assert final["resolved_at_stop"] == [
+        {"request_id": request_id, "operation_ids": ["A"], "outcome": "applied"}
+    ]
+    assert final["unknown"] == []
+    assert await handle.result() == final
+    phases_at_stop = {o["id"]: o["phase"] for o in final["operations"]}
+    # The skip is taken before the stop completes, or refused by a completed ledger.
+    assert phases_at_stop["D"] == ("resolved" if skipped[0] is True else "blocked"), skipped
+    await assert_healthy_and_updated(client, handle)

@@ -396,7 +396,8 @@ async def test_stop_cancels_in_flight_and_returns_the_final_snapshot(
             return len(sent) == 2
 
         await eventually(both_submitted)
-        final = await handle.execute_update("stop", {}, result_type=dict)
+        # Asking none: `stop` cancels and completes (tests/ledger/test_ledger_stop.py asks).
+        final = await handle.execute_update("stop", {"query_limit": 0}, result_type=dict)
         assert await handle.result() == final
         ops = operations(final)
         assert final["stopped"] is True
@@ -405,6 +406,11 @@ async def test_stop_cancels_in_flight_and_returns_the_final_snapshot(
         assert {r["phase"] for r in final["requests"]} == {"frozen"}
         assert {r["retry_action"] for r in final["requests"]} == {"query"}
         assert final["claims"] == {r["canvas_ids"][0]: r["id"] for r in final["requests"]}
+        # Their outcome is unknown: listed with their frozen bodies, none asked.
+        assert sorted(e["request_id"] for e in final["unknown"]) == sorted(
+            r["id"] for r in final["requests"]
+        )
+        assert {e["at_stop"] for e in final["unknown"]} == {"not_asked"}
         for request in final["requests"]:
             child = client.get_workflow_handle(f"request:{unique}:{request['id']}")
             assert (await child.describe()).status == WorkflowExecutionStatus.CANCELED
@@ -595,21 +601,30 @@ async def test_stop_after_continue_as_new_cancels_requests_started_by_an_earlier
             return status == WorkflowExecutionStatus.CONTINUED_AS_NEW
 
         await eventually(continued)
+        before_stop = len(server.received)
         final = await client.get_workflow_handle(handle.id).execute_update(
             "stop", {}, result_type=dict
         )
         assert {r["phase"] for r in final["requests"]} == {"frozen"}
         assert len(final["requests"]) == 2
+        # Each was cancelled, then asked once by `stop` (a second run of its workflow ID,
+        # started once the cancelled one closed): the far side still says `accepted`.
         for request in final["requests"]:
-            child = client.get_workflow_handle(f"request:{unique}:{request['id']}")
-            await eventually(
-                lambda child=child: _is_canceled(child),  # type: ignore[misc]
-            )
+            child_id = f"request:{unique}:{request['id']}"
+            await eventually(lambda child_id=child_id: _cancelled_then_asked(client, child_id))  # type: ignore[misc]
+        assert {(e["at_stop"], e["next_action"]) for e in final["unknown"]} == {
+            ("accepted", "query")
+        }
+        asked = {r.request_id for r in server.received[before_stop:] if r.method == "GET"}
+        assert asked == {r["id"] for r in final["requests"]}
     assert server.violations == []
 
 
-async def _is_canceled(handle: WorkflowHandle[Any, Any]) -> bool:
-    return (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+async def _cancelled_then_asked(client: Client, workflow_id: str) -> bool:
+    runs = [r.status async for r in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
+    return sorted(str(s) for s in runs) == sorted(
+        str(s) for s in (WorkflowExecutionStatus.CANCELED, WorkflowExecutionStatus.COMPLETED)
+    )
 
 
 async def test_recovery_conflict_fails_the_ledger_before_anything_is_sent(

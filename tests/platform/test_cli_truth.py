@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from tests.support.helpers import PROJECT_ROOT, durability_cli, running_worker, subprocess_env
@@ -132,18 +132,28 @@ async def test_closed_ids_say_closed_and_are_reborn_only_with_new(
         await durability_cli(
             dev_server_address, *queue, "ledger", "enqueue", ledger_id, "--file", str(ops)
         )
-        await durability_cli(dev_server_address, "ledger", "stop", ledger_id)
-        snapshot = await durability_cli(
-            dev_server_address, "ledger", "snapshot", ledger_id, check=False
-        )
-        assert one_line_error(snapshot.stderr) == (
-            f"durability: ledger {ledger_id} is closed (completed: stopped)"
-        )
-        refused = await durability_cli(
-            dev_server_address, *queue, "ledger", "enqueue", ledger_id, "--file", str(ops),
-            check=False,
-        )  # fmt: skip
-        assert refused.returncode == 1 and "--new starts a new one" in refused.stderr
+        stopped = await durability_cli(dev_server_address, "ledger", "stop", ledger_id)
+        assert "unknown: none" in stopped.stdout
+        stopped_run = (await client.get_workflow_handle(f"ledger:{ledger_id}").describe()).run_id
+        is_stopped = f"durability: ledger {ledger_id} is stopped (its last run completed by stop)"
+        for command in ("snapshot", "stop"):  # a second stop says so too
+            shown = await durability_cli(
+                dev_server_address, "ledger", command, ledger_id, check=False
+            )
+            assert shown.returncode == 1 and one_line_error(shown.stderr) == is_stopped
+            assert "Traceback" not in shown.stderr
+        for signal in ((), ("--signal",)):
+            refused = await durability_cli(
+                dev_server_address, *queue, "ledger", "enqueue", ledger_id, "--file", str(ops),
+                *signal, check=False,
+            )  # fmt: skip
+            line = one_line_error(refused.stderr)
+            assert refused.returncode == 1 and "Traceback" not in refused.stderr
+            assert line.startswith(f"{is_stopped}: enqueue refused, nothing was created; ")
+            assert f"--new starts a new, empty ledger under ID {ledger_id!r}" in line
+        # Nothing was created: the stopped run is still the ledger's last.
+        after = await client.get_workflow_handle(f"ledger:{ledger_id}").describe()
+        assert (after.run_id, after.status) == (stopped_run, WorkflowExecutionStatus.COMPLETED)
         new = await durability_cli(
             dev_server_address, *queue, "--json", "ledger", "enqueue", ledger_id, "--file",
             str(ops), "--new",

@@ -23,8 +23,10 @@ from durability.client import (
     MAX_START_INPUT_BYTES,
     ClosedError,
     DurabilityClient,
+    LedgerStopped,
     NotFoundError,
     RejectedError,
+    unknown_requests,
 )
 from tests.support.helpers import eventually, running_worker
 
@@ -239,17 +241,40 @@ async def test_a_stopped_ledger_is_closed_and_takes_an_enqueue_only_with_new(
     operation = {"id": "op-1", "operation_type": "run.cancel"}
     async with running_worker(client, task_queue):
         assert (await durability.enqueue(ledger_id, [operation]))["accepted"] == ["op-1"]
-        await durability.stop(ledger_id)
-        for call in (durability.snapshot(ledger_id), durability.claims(ledger_id)):
-            with pytest.raises(ClosedError) as closed:
+        final = await durability.stop(ledger_id)
+        assert unknown_requests(final) == []  # op-1 resolved, before or by the stop's query
+        assert await durability.final_result(ledger_id) == final
+        stopped_run = (await durability.ledger_handle(ledger_id).describe()).run_id
+        calls = (durability.snapshot(ledger_id), durability.claims(ledger_id))
+        for call in (*calls, durability.stop(ledger_id)):  # a second stop says it is stopped
+            with pytest.raises(LedgerStopped) as closed:
                 await call
-            assert str(closed.value) == f"ledger {ledger_id} is closed (completed: stopped)"
-        with pytest.raises(ClosedError) as refused_start:
-            await durability.enqueue(ledger_id, [operation])
-        assert refused_start.value.start_refused
+            assert closed.value.type == "LedgerStopped"
+            assert str(closed.value) == (
+                f"ledger {ledger_id} is stopped (its last run completed by stop)"
+            )
+        for with_start in (durability.enqueue, durability.signal_enqueue):
+            with pytest.raises(LedgerStopped) as refused_start:
+                await with_start(ledger_id, [operation])
+            assert refused_start.value.start_refused
+            assert isinstance(refused_start.value, ClosedError)
+            assert str(refused_start.value).startswith(
+                f"ledger {ledger_id} is stopped (its last run completed by stop): enqueue "
+                f"refused, nothing was created; new=True starts a new, empty ledger under ID "
+                f"{ledger_id!r}"
+            )
+        # Nothing was created: the stopped run is still the ledger's last.
+        assert (await durability.ledger_handle(ledger_id).describe()).run_id == stopped_run
         # A new ledger under the ID: op-1 is a new operation there, not a duplicate.
         again = await durability.enqueue(ledger_id, [operation], new=True)
         assert again == {"accepted": ["op-1"], "duplicates": [], "conflicts": []}
+        with pytest.raises(RejectedError) as running:
+            await durability.final_result(ledger_id)
+        assert running.value.type == "LedgerRunning"
+        with pytest.raises(RejectedError) as bad_stop:
+            await durability.stop(ledger_id, query_limit=101)
+        assert bad_stop.value.type == "InvalidRequest" and "query_limit" in str(bad_stop.value)
+        assert (await durability.snapshot(ledger_id))["stopped"] is False
         await client.get_workflow_handle(f"ledger:{ledger_id}").terminate("test done")
 
 

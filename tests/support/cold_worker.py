@@ -120,10 +120,14 @@ class LedgerActivities:
     """`compile`, `submit`, `query` for the ledger, recording every frozen body sent.
 
     An intent whose payload has `compile_error` fails to compile; `submit_ms` makes the
-    submit take that long.
+    submit take that long; `submit_outcome` is what the submit answers (default `applied`);
+    `query_ms` makes the query take that long. `queried` / `answered` record each query's
+    request ID as it begins and ends.
     """
 
     sent: list[dict[str, Any]] = field(default_factory=list)
+    queried: list[str] = field(default_factory=list)
+    answered: list[str] = field(default_factory=list)
 
     @activity.defn(name="compile")
     async def compile(self, intent: dict[str, Any], request_id: str) -> dict[str, Any]:
@@ -146,10 +150,13 @@ class LedgerActivities:
         while time.monotonic() < deadline:
             activity.heartbeat()
             await asyncio.sleep(0.05)
-        return {"outcome": "applied"}
+        return {"outcome": (request.get("payload") or {}).get("submit_outcome", "applied")}
 
     @activity.defn(name="query")
     async def query(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.queried.append(request["id"])
+        await asyncio.sleep((request.get("payload") or {}).get("query_ms", 0) / 1000)
+        self.answered.append(request["id"])
         return {"outcome": "applied"}
 
     def all(self) -> list[Callable[..., Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -23,6 +24,9 @@ from workflows.ledger.workflow import OperationLedgerWorkflow
 Answer = tuple[int, dict[str, str], Any]
 # (method, request_id, how many times this method was called for this request) -> answer
 Responder = Callable[[str, str, int], Answer]
+# An answer's header that is not sent: the handler waits this many seconds before answering
+# (outside the server's lock, so other requests are answered meanwhile).
+DELAY_HEADER = "X-Test-Delay-S"
 
 
 def applied(_method: str, _request_id: str, _count: int) -> Answer:
@@ -105,6 +109,10 @@ def _handler(server: LedgerServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, answer: Answer) -> None:
             code, headers, body = answer
+            headers = dict(headers)
+            delay = float(headers.pop(DELAY_HEADER, 0))
+            if delay:
+                time.sleep(delay)
             data = json.dumps(body).encode() if body is not None else b""
             self.send_response(code)
             self.send_header("Content-Type", "application/json")

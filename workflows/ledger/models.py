@@ -181,9 +181,28 @@ class SkipInput(BaseModel):
 
 
 class EmptyInput(BaseModel):
-    """`resume` / `stop` payload: `{}` (unknown fields are ignored)."""
+    """`resume` payload: `{}` (unknown fields are ignored)."""
 
     model_config = ConfigDict(extra="ignore")
+
+
+# The bound on `stop`'s final queries (docs/contract.md, `stop`): at most this many requests
+# are asked, and the asking ends this long after it began.
+MAX_STOP_QUERIES = 100
+MAX_STOP_QUERY_DEADLINE_MS = 60_000
+
+
+class StopInput(BaseModel):
+    """`stop` payload: `{}`, or `{"query_limit"?, "query_deadline_ms"?}` to ask fewer
+    requests, or for less long, than the bound (`0` asks none). Unknown fields are ignored,
+    as they were when `stop` took only `{}`."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    query_limit: int = Field(default=MAX_STOP_QUERIES, ge=0, le=MAX_STOP_QUERIES)
+    query_deadline_ms: int = Field(
+        default=MAX_STOP_QUERY_DEADLINE_MS, ge=0, le=MAX_STOP_QUERY_DEADLINE_MS
+    )
 
 
 class RequestStatus(BaseModel):
@@ -249,6 +268,10 @@ class LedgerState(BaseModel):
     dropped_signals: int = 0
     # IDs that `enqueue` signals sent with another intent than the one recorded (not recorded).
     signal_conflicts: int = 0
+    # What `stop`'s final query of each request asked gave (`core.record_stop_query`):
+    # request id -> an outcome, `blocked` or `no_answer`. Only a stopping ledger has any (at
+    # most MAX_STOP_QUERIES), and a stopped one is never carried on.
+    stop_answers: dict[str, str] = Field(default_factory=dict)
 
 
 class LedgerInput(LedgerConfig):
@@ -274,6 +297,9 @@ class FrozenRequestInput(BaseModel):
     activity_task_queue: TaskQueueName | None = None
     retry: RetryConfig = Field(default_factory=RetryConfig)
     activity_timeout_ms: int = Field(default=30_000, ge=1, le=MAX_INT32)
+    # `stop`'s final query: one query with the frozen body, no retry, then report and end
+    # (behind the `stop-final-query` patch in the child).
+    final_query: bool = False
 
     @model_validator(mode="after")
     def _request_has_an_id(self) -> FrozenRequestInput:

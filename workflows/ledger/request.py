@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         FrozenRequestInput,
         LedgerConfig,
         LedgerState,
+        RequestAction,
         RequestReport,
     )
     from workflows.validation import INVALID_START_INPUT, format_validation_error
@@ -49,6 +50,9 @@ REQUEST_ATTEMPTS_PER_RUN = 200
 # How many times (a second apart) the ledger tries to start a request whose workflow ID is
 # still taken by the request's previous run (before `resume`).
 CHILD_START_TRIES = 60
+# Recorded (as a patch marker) by a `FrozenRequest` started in `final_query` mode that asks
+# once and ends; a run recorded without it (an older worker ignored the field) loops as before.
+STOP_FINAL_QUERY_PATCH = "stop-final-query"
 
 
 def failure_message(error: BaseException) -> str:
@@ -118,27 +122,15 @@ class FrozenRequestWorkflow:
             former = {INVALID_START_INPUT: "InvalidFrozenRequestInput"}
             raise refusal(message, INVALID_START_INPUT, former) from None
         request_id = str(input.request["id"])
+        if input.final_query and workflow.patched(STOP_FINAL_QUERY_PATCH):
+            return await self._final_query(input, request_id)
         ledger = workflow.get_external_workflow_handle(ledger_workflow_id(input.ledger_id))
         if input.not_before is not None and input.not_before > now_ms():
             await workflow.sleep(timedelta(milliseconds=input.not_before - now_ms()))
         action = input.next_action
         attempt = input.attempt
         for _ in range(REQUEST_ATTEMPTS_PER_RUN):
-            name = input.submit_activity if action == "submit" else input.query_activity
-            try:
-                raw: Any = await workflow.execute_activity(
-                    name,
-                    input.request,
-                    task_queue=input.activity_task_queue,
-                    start_to_close_timeout=timedelta(milliseconds=input.activity_timeout_ms),
-                    retry_policy=SEND_RETRY,
-                    summary=f"{action} {request_id}",
-                )
-            except ActivityError as error:
-                if is_cancelled_exception(error):
-                    raise  # stopped: the loop ends here, not with a retry
-                raw = {"outcome": "unresolved", "error": f"transport: {failure_message(error)}"}
-            _raise_if_cancel_requested()
+            raw = await self._send(input, action, request_id)
             attempt += 1
             step = core.next_step(action, raw, attempt, input.retry, now_ms())
             status = step.status.model_dump(mode="json", exclude_none=True)
@@ -177,6 +169,41 @@ class FrozenRequestWorkflow:
                 }
             )
         )
+
+    async def _send(self, input: FrozenRequestInput, action: str, request_id: str) -> Any:
+        """One submit or query attempt; a failed attempt is an `unresolved` transport error."""
+        name = input.submit_activity if action == "submit" else input.query_activity
+        try:
+            raw: Any = await workflow.execute_activity(
+                name,
+                input.request,
+                task_queue=input.activity_task_queue,
+                start_to_close_timeout=timedelta(milliseconds=input.activity_timeout_ms),
+                retry_policy=SEND_RETRY,
+                summary=f"{action} {request_id}",
+            )
+        except ActivityError as error:
+            if is_cancelled_exception(error):
+                raise  # stopped: the loop ends here, not with a retry
+            raw = {"outcome": "unresolved", "error": f"transport: {failure_message(error)}"}
+        _raise_if_cancel_requested()
+        return raw
+
+    async def _final_query(self, input: FrozenRequestInput, request_id: str) -> dict[str, Any]:
+        """`stop`'s final query: one query, no retry; the report is the result only (the
+        ledger awaits it): `resolved`, `blocked`, or `frozen` with what the far side said."""
+        raw = await self._send(input, "query", request_id)
+        attempt = input.attempt + 1
+        step = core.next_step(RequestAction.QUERY, raw, attempt, input.retry, now_ms())
+        phase = {"resolved": "resolved", "blocked": "blocked"}.get(step.result, "frozen")
+        return RequestReport(
+            request_id=request_id,
+            phase=phase,
+            status=step.status.model_dump(mode="json", exclude_none=True),
+            attempt=attempt,
+            next_action=RequestAction.QUERY,
+            launch=input.launch,
+        ).model_dump(mode="json")
 
     async def _tell(
         self, ledger: workflow.ExternalWorkflowHandle[Any], name: str, report: RequestReport
@@ -266,3 +293,34 @@ class RequestRuns:
             workflow.logger.warning("request %s returned %r", request_id, result)
             return
         core.finish(state, self._config, report)
+
+    async def final_query(self, request_id: str) -> None:
+        """`stop`'s final query of one request (`core.begin_stop_query` done): start its
+        `FrozenRequest` in `final_query` mode and apply its answer; a query that ends
+        without one (its workflow failed, or cancelled at the deadline) leaves the request
+        unknown."""
+        state = self._state
+        child_input = core.stop_query_input(state, self._config, self._ledger_id, request_id)
+        operations = ", ".join(state.requests[request_id].operation_ids)
+        try:
+            handle = await start_request(self._ledger_id, request_id, child_input, operations)
+            result = None if handle is None else await handle
+        except ChildWorkflowError as error:
+            workflow.logger.warning("stop query of %s ended: %s", request_id, error.cause)
+            result = None
+        except asyncio.CancelledError:
+            core.stop_query_unanswered(state, request_id)
+            raise
+        finally:
+            self._kernel.wake()
+        try:
+            answered = (
+                result is not None
+                and core.record_stop_query(state, core.parse_report(result)) is not None
+            )
+        except core.InvalidRequest:
+            workflow.logger.warning("stop query of %s returned %r", request_id, result)
+            answered = False
+        if not answered:
+            core.stop_query_unanswered(state, request_id)
+        self._send_progress()

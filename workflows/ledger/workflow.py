@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         EnqueueInput,
         EnqueueResult,
         SkipInput,
+        StopInput,
     )
     from workflows.ledger.request import FrozenRequestWorkflow, RequestRuns, cancel_request
     from workflows.search_attributes import LEDGER_ID
@@ -49,6 +50,9 @@ with workflow.unsafe.imports_passed_through():
 SAFETY_CAP_EVENTS = 10_000
 # Before continue-as-new, wait this long at most for attempts in flight to report (`_quiet`).
 QUIET_BEFORE_CONTINUE = timedelta(seconds=1)
+# Recorded (as a patch marker) by a `stop` that asks the far side about the requests it may
+# have received before the ledger completes; a history from before it completes at once.
+STOP_QUERIES_PATCH = "stop-final-queries"
 
 __all__ = ["FrozenRequestWorkflow", "OperationLedgerWorkflow"]
 
@@ -310,8 +314,9 @@ class OperationLedgerWorkflow:
 
     @workflow.update(name="stop")
     async def stop(self, raw: Any = None) -> dict[str, Any]:
-        """Stop dispatching, cancel what is in flight, complete with the final snapshot."""
-        self._kernel.update(core.stop, self._state)
+        """Stop dispatching, cancel what is in flight, ask the far side about every request
+        it may have received (`_ask_before_stopping`), complete with the final result."""
+        bound = self._kernel.update(core.begin_stop, self._state, raw)
         for task in list(self._compiles.values()):
             task.cancel()
         for task in list(self._requests.tasks.values()):
@@ -322,14 +327,46 @@ class OperationLedgerWorkflow:
                 await cancel_request(self._ledger_id, request.id)
                 core.request_interrupted(self._state, request.id, "stopped", stopped=True)
         await workflow.wait_condition(lambda: not self._compiles and not self._requests.tasks)
-        self._final = core.snapshot(self._state)
+        if core.unknown_candidates(self._state) and workflow.patched(STOP_QUERIES_PATCH):
+            await self._ask_before_stopping(bound)
+        self._final = core.final_result(self._state)
         workflow.set_current_details(core.details(self._state))
         return self._final
 
     @stop.validator
     def validate_stop(self, raw: Any = None) -> None:
-        """`{}`, once."""
-        self._kernel.validate(core.validate_empty, self._state, "stop", raw)
+        """`{}` or `{"query_limit"?, "query_deadline_ms"?}`, once."""
+        self._kernel.validate(core.validate_stop, self._state, raw)
+
+    async def _ask_before_stopping(self, bound: StopInput) -> None:
+        """One final query per request `core.plan_stop_queries` names, at most `concurrency`
+        at a time; at `query_deadline_ms` those still asking are cancelled (one timer)."""
+        queue = core.plan_stop_queries(self._state, bound)
+        if not queue:
+            return
+        deadline = asyncio.create_task(
+            workflow.sleep(
+                timedelta(milliseconds=bound.query_deadline_ms), summary="stop: final queries"
+            )
+        )
+        asking: dict[str, asyncio.Task[None]] = {}
+        while queue or asking:
+            while queue and len(asking) < self._config.concurrency and not deadline.done():
+                request_id = queue.pop(0)
+                core.begin_stop_query(self._state, request_id)
+                asking[request_id] = asyncio.create_task(self._requests.final_query(request_id))
+            await workflow.wait_condition(
+                lambda: deadline.done() or any(task.done() for task in asking.values())
+            )
+            for request_id in [r for r, task in asking.items() if task.done()]:
+                del asking[request_id]
+            if deadline.done():
+                for task in asking.values():
+                    task.cancel()
+                await workflow.wait_condition(lambda: all(t.done() for t in asking.values()))
+                break
+        if not deadline.done():
+            deadline.cancel()
 
     # ------------------------------------------------------------ child reports
 
