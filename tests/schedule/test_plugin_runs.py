@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -28,6 +29,7 @@ from tests.support.fleet import WorkerFleet
 from tests.support.helpers import cache_options, eventually, record_history, schedule_worker
 from tests.support.recorder import Recorder
 from workflows.schedule.models import PLUGIN_RUN_STOP_ALLOWANCE_MS
+from workflows.schedule.run import PLUGIN_RUNS_PATCH
 
 pytestmark = pytest.mark.cacheless
 
@@ -197,9 +199,8 @@ async def test_a_plugin_hosted_run_past_its_deadline_keeps_its_slot_until_it_rea
     run_handle = client.get_workflow_handle(f"schedule-run:{unique}:{first}")
     record_history("schedule_run_0_1_1_plugin_timeout", await run_handle.fetch_history())
     events = await run_events(client, unique, first)
-    assert TIMER_STARTED not in [e.event_type for e in events] and MARKER in [
-        e.event_type for e in events
-    ]
+    assert TIMER_STARTED not in [e.event_type for e in events]
+    assert PLUGIN_RUNS_PATCH in patch_ids(events)
     scheduled = run_activity_scheduled(events)
     assert scheduled.activity_id == "run:timeout_ms=1500"
     assert scheduled.heartbeat_timeout.ToTimedelta() == timedelta(seconds=30)
@@ -289,15 +290,34 @@ async def test_an_external_run_still_times_out_at_run_timeout_ms_with_the_timer(
         )
         first = await durability.trigger_schedule(unique)
         handle = client.get_workflow_handle(f"schedule-run:{unique}:{first}")
+        # `trigger` records the run; its child starts in a later task of the schedule.
+        await eventually(lambda: run_started(client, handle.id), timeout=20)
         result = await asyncio.wait_for(handle.result(), 30)
     assert result["outcome"]["error"]["name"] == "ScheduledRunTimeoutError", result
     assert handler.cancelled and 1.3 <= handler.cancelled[0] - handler.started[0] < 3.5
     events = await run_events(client, unique, first)
     kinds = [e.event_type for e in events]
-    assert TIMER_STARTED in kinds and TIMER_FIRED in kinds and MARKER not in kinds
+    assert TIMER_STARTED in kinds and TIMER_FIRED in kinds
+    assert PLUGIN_RUNS_PATCH not in patch_ids(events)
     scheduled = run_activity_scheduled(events)
     assert not scheduled.activity_id.startswith("run:timeout_ms=")
     assert scheduled.start_to_close_timeout.ToTimedelta() == timedelta(seconds=31.5)
+
+
+async def run_started(client: Client, workflow_id: str) -> bool:
+    """Whether the run's `ScheduledRun` child exists yet (visibility)."""
+    return (await client.count_workflows(f"WorkflowId = '{workflow_id}'")).count > 0
+
+
+def patch_ids(events: list[HistoryEvent]) -> list[str]:
+    """The patch IDs a history's patch markers record."""
+    return [
+        json.loads(payload.data)["id"]
+        for event in events
+        if event.event_type == MARKER
+        and event.marker_recorded_event_attributes.marker_name == "core_patch"
+        for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads
+    ]
 
 
 class QuietRun:
