@@ -29,7 +29,7 @@ from tests.support.fleet import WorkerFleet
 from tests.support.helpers import cache_options, eventually, record_history, schedule_worker
 from tests.support.recorder import Recorder
 from workflows.schedule.models import PLUGIN_RUN_STOP_ALLOWANCE_MS
-from workflows.schedule.run import PLUGIN_RUNS_PATCH
+from workflows.schedule.run import RUN_PATHS_PATCH
 
 pytestmark = pytest.mark.cacheless
 
@@ -200,7 +200,7 @@ async def test_a_plugin_hosted_run_past_its_deadline_keeps_its_slot_until_it_rea
     record_history("schedule_run_0_1_1_plugin_timeout", await run_handle.fetch_history())
     events = await run_events(client, unique, first)
     assert TIMER_STARTED not in [e.event_type for e in events]
-    assert PLUGIN_RUNS_PATCH in patch_ids(events)
+    assert RUN_PATHS_PATCH in patch_ids(events)
     scheduled = run_activity_scheduled(events)
     assert scheduled.activity_id == "run:timeout_ms=1500"
     assert scheduled.heartbeat_timeout.ToTimedelta() == timedelta(seconds=30)
@@ -298,7 +298,6 @@ async def test_an_external_run_still_times_out_at_run_timeout_ms_with_the_timer(
     events = await run_events(client, unique, first)
     kinds = [e.event_type for e in events]
     assert TIMER_STARTED in kinds and TIMER_FIRED in kinds
-    assert PLUGIN_RUNS_PATCH not in patch_ids(events)
     scheduled = run_activity_scheduled(events)
     assert not scheduled.activity_id.startswith("run:timeout_ms=")
     assert scheduled.start_to_close_timeout.ToTimedelta() == timedelta(seconds=31.5)

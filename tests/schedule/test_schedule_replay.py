@@ -20,7 +20,7 @@ replaying with a patch, and records its own next to them with
   memo at each change (the patch `schedule-state-memo`).
 - `schedule_run_0_1_1_plugin_timeout.json`, `schedule_run_0_1_1_plugin_complete.json`,
   recorded by 0.1.1 with `tests/schedule/test_plugin_runs.py`: plugin-hosted runs, one timed
-  out in its worker and one complete (the patch `plugin-hosted-runs`: no run timer).
+  out in its worker and one complete (the patch `scheduled-run-0.1.1-paths`: no run timer).
 """
 
 from __future__ import annotations

@@ -83,12 +83,15 @@ STARTS = "run-start"
 WATCHES = "run-watch"
 # Time a cancelled run activity gets, beyond run_timeout_ms, to acknowledge cancellation.
 RUN_CANCEL_GRACE = timedelta(seconds=30)
-# Recorded by a schedule when it starts a run whose outcome it delivers itself, and by such a
-# run when it ends as its run stops (docs/upgrading.md).
+# Recorded by a schedule when it starts a run whose outcome it delivers itself
+# (docs/upgrading.md).
 SCHEDULE_DELIVERS_PATCH = "schedule-delivers-outcomes"
-# Plugin-hosted runs (`run_host` "plugin"): no run timer, a default heartbeat timeout, the
-# run's timeout in the activity ID (`run_call`).
-PLUGIN_RUNS_PATCH = "plugin-hosted-runs"
+# Recorded by a run, in its first task, that takes either path new in 0.1.1: it ends as its
+# run stops (`deliver_by_schedule`), and a plugin-hosted run (`run_host` "plugin") has no run
+# timer, a default heartbeat timeout and its timeout in the activity ID (`run_call`). One
+# patch for both: each patch costs every run two history events (its marker and the
+# `TemporalChangeVersion` upsert the SDK adds).
+RUN_PATHS_PATCH = "scheduled-run-0.1.1-paths"
 
 
 @workflow.defn(name=RUN_WORKFLOW_TYPE, sandboxed=SANDBOXED)
@@ -97,6 +100,7 @@ class ScheduledRunWorkflow:
 
     def __init__(self) -> None:
         self._report_by_signal = False
+        self._new_paths = False
 
     @workflow.signal(name=REPORT_BY_SIGNAL)
     def report_by_signal(self) -> None:
@@ -115,6 +119,10 @@ class ScheduledRunWorkflow:
             former = {INVALID_START_INPUT: "InvalidScheduledRunInput"}
             raise refusal(message, INVALID_START_INPUT, former) from None
         scheduled_time = run_input.run.scheduled_time
+        # Asked once, before the first command; a run recorded before it takes the old paths.
+        self._new_paths = (
+            run_input.deliver_by_schedule or run_input.settings.hosted_by() is RunHost.PLUGIN
+        ) and workflow.patched(RUN_PATHS_PATCH)
         self._lifecycle = Lifecycle(run_input.settings)
         self._emit("started")
         started = now_ms()
@@ -125,7 +133,7 @@ class ScheduledRunWorkflow:
         if outcome.error is None or outcome.error.name != RUN_INTERRUPTED_ERROR:
             settled["duration_ms"] = now_ms() - started
         self._emit("settled", **settled)
-        if run_input.deliver_by_schedule and workflow.patched(SCHEDULE_DELIVERS_PATCH):
+        if run_input.deliver_by_schedule and self._new_paths:
             await self._lifecycle.drain()
             # No await between this check and returning (as below): a hand-over that lands
             # while this task completes is seen by the retried task, which then reports by
@@ -213,8 +221,7 @@ class ScheduledRunWorkflow:
     def _hosted(self) -> bool:
         """Whether the plugin hosts this run (the new commands, behind their patch: a run
         recorded before keeps its timer)."""
-        hosted = self._input.settings.hosted_by() is RunHost.PLUGIN
-        return hosted and workflow.patched(PLUGIN_RUNS_PATCH)
+        return self._new_paths and self._input.settings.hosted_by() is RunHost.PLUGIN
 
     async def _signal_schedule(self, signal: str, payload: RunSettled | RunAcknowledged) -> None:
         handle = workflow.get_external_workflow_handle(self._input.schedule_workflow_id)
