@@ -36,7 +36,7 @@ from durability.connect import ConfigurationError, connect
 from durability.plugin import DurabilityPlugin
 from durability.registry import workflow_runner
 from durability.tracing import configure_tracing
-from workflows import search_attributes
+from workflows import metrics, search_attributes
 
 log = logging.getLogger("durability.worker")
 
@@ -141,7 +141,10 @@ def _runtime(metrics_port: int) -> Runtime | None:
         return None
     address = f"0.0.0.0:{metrics_port}"
     try:
-        return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=address)))
+        prometheus = PrometheusConfig(
+            bind_address=address, histogram_bucket_overrides=metrics.HISTOGRAM_BUCKETS
+        )
+        return Runtime(telemetry=TelemetryConfig(metrics=prometheus))
     except ValueError as error:  # the exporter binds here: e.g. the port is taken
         raise ConfigurationError(
             f"{settings.METRICS_PORT.name} {metrics_port} cannot be used ({error}); choose a "

@@ -39,6 +39,7 @@ from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from workflows import metrics
 from workflows.schedule.models import (
     Outcome,
     RunError,
@@ -123,6 +124,9 @@ async def outcome_retry_events(run: ScheduledRunObject) -> AsyncIterator[None]:
     except Exception as error:
         if _will_retry(error):
             attempt = activity.info().attempt
+            activity.metric_meter().create_counter(
+                metrics.OUTCOME_DELIVERIES, metrics.DESCRIPTIONS[metrics.OUTCOME_DELIVERIES]
+            ).with_additional_attributes({"result": "retried"}).add(1)
             now = _wall_ms()
             message = error.message if isinstance(error, ApplicationError) else str(error)
             name = (error.type if isinstance(error, ApplicationError) else None) or type(

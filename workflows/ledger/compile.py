@@ -17,6 +17,7 @@ from temporalio.exceptions import FailureError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from workflows.ledger import core
+    from workflows import metrics
     from workflows.ledger.models import LedgerConfig, LedgerState
     from workflows.ledger.request import failure_message
 
@@ -59,6 +60,7 @@ async def compile_operation(
             core.abandon_dispatch(state, op_id)
             raise
         core.block_compile(state, op_id, failure_message(error))
+        metrics.operations("blocked")
         return None
     except asyncio.CancelledError:
         core.abandon_dispatch(state, op_id)

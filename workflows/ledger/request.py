@@ -26,7 +26,7 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from workflows import SANDBOXED
+    from workflows import SANDBOXED, metrics
     from workflows.kernel import ShellKernel, now_ms, refusal
     from workflows.ledger import (
         FROZEN_REQUEST_WORKFLOW,
@@ -93,6 +93,38 @@ async def cancel_request(ledger_id: str, request_id: str) -> None:
         if is_cancelled_exception(error):
             raise
         workflow.logger.info("request %s already closed: %s", request_id, error)
+
+
+def _answer(raw: Any) -> str:
+    """The `answer` label of a submit/query answer: blocked, one of the outcomes, or unknown."""
+    status = core.normalize_status(raw)
+    if status.outcome in ("applied", "rejected", "accepted") and not status.blocked:
+        return str(status.outcome)
+    if status.blocked:
+        return "blocked"
+    return (
+        "unresolved" if isinstance(raw, dict) and raw.get("outcome") == "unresolved" else "unknown"
+    )
+
+
+def apply_final_report(state: LedgerState, config: LedgerConfig, report: RequestReport) -> bool:
+    """`core.finish`, counted in the metrics when it took effect: a request's end, reported by
+    its `request_finished` signal or its child's result (whichever is first)."""
+    if not core.finish(state, config, report):
+        return False
+    operations = len(state.requests[report.request_id].operation_ids)
+    if report.phase == "resolved":
+        metrics.operations("resolved", operations)
+    else:
+        metrics.request_blocked("far_side", operations)
+    return True
+
+
+def interrupted(state: LedgerState, request_id: str, reason: str, stopped: bool) -> None:
+    """`core.request_interrupted`, counted when it blocked the request (not on `stop`)."""
+    if core.request_interrupted(state, request_id, reason, stopped) and not stopped:
+        kind = reason.split(":", 1)[0]
+        metrics.request_blocked(kind, len(state.requests[request_id].operation_ids))
 
 
 def _raise_if_cancel_requested() -> None:
@@ -186,6 +218,9 @@ class FrozenRequestWorkflow:
             if is_cancelled_exception(error):
                 raise  # stopped: the loop ends here, not with a retry
             raw = {"outcome": "unresolved", "error": f"transport: {failure_message(error)}"}
+            metrics.count(metrics.REQUEST_ATTEMPTS, action=str(action), answer="transport")
+        else:
+            metrics.count(metrics.REQUEST_ATTEMPTS, action=str(action), answer=_answer(raw))
         _raise_if_cancel_requested()
         return raw
 
@@ -253,7 +288,7 @@ class RequestRuns:
                 await workflow.wait_condition(previous.done)
             await self._lifetime(request_id, me)
         except asyncio.CancelledError:
-            core.request_interrupted(self._state, request_id, "stopped", stopped=True)
+            interrupted(self._state, request_id, "stopped", stopped=True)
             raise
         finally:
             if self.tasks.get(request_id) is me:
@@ -273,9 +308,7 @@ class RequestRuns:
         finally:
             self.starting.discard(request_id)
         if handle is None:
-            core.request_interrupted(
-                state, request_id, "request_workflow_already_running", stopped=False
-            )
+            interrupted(state, request_id, "request_workflow_already_running", stopped=False)
             return
         try:
             result = await handle
@@ -285,14 +318,14 @@ class RequestRuns:
             # Cancelled: only `stop` cancels a request. Failed: blocked until resume.
             cancelled = is_cancelled_exception(error)
             reason = "stopped" if cancelled else f"request_workflow_failed: {error.cause}"
-            core.request_interrupted(state, request_id, reason, stopped=cancelled or state.stopped)
+            interrupted(state, request_id, reason, stopped=cancelled or state.stopped)
             return
         try:
             report = core.parse_report(result)
         except core.InvalidRequest:
             workflow.logger.warning("request %s returned %r", request_id, result)
             return
-        core.finish(state, self._config, report)
+        apply_final_report(state, self._config, report)
 
     async def final_query(self, request_id: str) -> None:
         """`stop`'s final query of one request (`core.begin_stop_query` done): start its

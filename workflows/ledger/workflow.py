@@ -26,7 +26,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import SANDBOXED
+    from workflows import SANDBOXED, metrics
     from workflows.kernel import (
         NO_INPUT,
         ShellKernel,
@@ -43,7 +43,12 @@ with workflow.unsafe.imports_passed_through():
         SkipInput,
         StopInput,
     )
-    from workflows.ledger.request import FrozenRequestWorkflow, RequestRuns, cancel_request
+    from workflows.ledger.request import (
+        FrozenRequestWorkflow,
+        RequestRuns,
+        apply_final_report,
+        cancel_request,
+    )
     from workflows.search_attributes import LEDGER_ID
 
 # Continue-as-new at this many events even if Temporal has not suggested it yet.
@@ -158,7 +163,8 @@ class OperationLedgerWorkflow:
         if self._state.stopped or self._history_due():
             return
         for request_id in core.plan_launches(self._state, self._config):
-            core.mark_launched(self._state, request_id)
+            relaunched = core.mark_launched(self._state, request_id)
+            metrics.operations("dispatched", len(relaunched.operation_ids))
             self._requests.launch(request_id)
         for op_id in core.plan_dispatches(self._state, self._config):
             if self._config.local_compile and self._compiles:
@@ -168,6 +174,7 @@ class OperationLedgerWorkflow:
                 break
             request_id = str(workflow.uuid4())
             core.begin_dispatch(self._state, op_id, request_id)
+            metrics.operations("dispatched")
             self._compiles[op_id] = asyncio.create_task(self._compile(op_id, request_id))
 
     async def _compile(self, op_id: str, request_id: str) -> None:
@@ -182,6 +189,8 @@ class OperationLedgerWorkflow:
         if verdict == "launch":
             self._requests.launch(request_id)  # its child's start is this task's command
         else:
+            if verdict == "blocked":
+                metrics.operations("blocked")
             self._send_progress()  # a blocked compile changes state and sends nothing else
 
     def _send_progress(self) -> None:
@@ -308,6 +317,7 @@ class OperationLedgerWorkflow:
 
     def _skip(self, parsed: SkipInput) -> None:
         core.skip_and_compact(self._state, self._config, parsed.operation_id, parsed.reason)
+        metrics.operations("skipped")
         self._kernel.wake()
 
     # ------------------------------------------------------------ stop
@@ -382,7 +392,7 @@ class OperationLedgerWorkflow:
         """A frozen request resolved or blocked."""
         report = self._kernel.signal("request_finished", core.parse_report, raw)
         # A request's end, reported by this signal or its child's result (whichever is first).
-        if report is not None and core.finish(self._state, self._config, report):
+        if report is not None and apply_final_report(self._state, self._config, report):
             self._kernel.wake()
 
     # ------------------------------------------------------------ queries

@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.opentelemetry import TracingWorkflowInboundInterceptor
     from temporalio.contrib.opentelemetry.workflow import completed_span
 
+    from workflows import metrics
     from workflows.schedule.models import ScheduleInput, lifecycle_span_attributes
 
 LIFECYCLE_TIMEOUT = timedelta(seconds=10)
@@ -36,8 +37,10 @@ class Lifecycle:
         self.tasks: set[asyncio.Task[None]] = set()
 
     def emit(self, event: dict[str, Any]) -> None:
-        """Record `event` as a span and, if configured, hand it to the lifecycle activity."""
+        """Record `event` as a span and in the product metrics and, if configured, hand it to
+        the lifecycle activity."""
         _record_span(event)
+        metrics.record_lifecycle(event)
         workflow.logger.debug("lifecycle event %s", event)
         if self._settings.lifecycle_activity is None:
             return

@@ -44,7 +44,7 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from workflows import SANDBOXED
+    from workflows import SANDBOXED, metrics
     from workflows.kernel import ShellKernel, now_ms, refusal
     from workflows.schedule import RUN_WORKFLOW_TYPE
     from workflows.schedule.core import Run, ScheduleCore
@@ -126,6 +126,7 @@ class ScheduledRunWorkflow:
         self._lifecycle = Lifecycle(run_input.settings)
         self._emit("started")
         started = now_ms()
+        metrics.record(metrics.RUN_START_LATENESS, started - run_input.run.due_at)
         outcome = await self._execute()
         settled: dict[str, Any] = {"outcome": outcome.status}
         if outcome.error is not None:
@@ -274,6 +275,7 @@ async def deliver_outcome(
             args=[run, outcome.wire()],
             **_outcome_options(settings, run, None),
         )
+        metrics.count(metrics.OUTCOME_DELIVERIES, result="delivered")
         return None
     except ActivityError as failure:
         return _dead_lettered(settings, run, failure, emit)

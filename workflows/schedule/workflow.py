@@ -18,7 +18,7 @@ from temporalio import workflow
 from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import SANDBOXED
+    from workflows import SANDBOXED, metrics
     from workflows.kernel import NO_INPUT, ShellKernel, decode_start_input, now_ms
     from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron, status
     from workflows.schedule.core import (
@@ -176,6 +176,7 @@ class DurabilityScheduleWorkflow:
             self._emit(due.scheduled_time, "skipped", now, reason=due.reason)
         elif due is not None:
             self._emit(due.scheduled_time, "due", now, queued=due not in startable)
+            metrics.record(metrics.QUEUE_DEPTH, self._core.queued_count())
         for run, last_slot in zip(startable, self._core.takes_last_slot(startable), strict=True):
             self._runs.start(run, settle_by_signal=last_slot)
         self._published.publish(self._core.state, self._core.next_wake_at())
