@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import urllib.request
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -61,7 +60,7 @@ class FarSide(BaseHTTPRequestHandler):
     """Runs succeed; every outcome delivery fails (so outcomes are dead-lettered); every ledger
     submit answers `blocked` (so requests block)."""
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         self.rfile.read(length)
         if self.path.startswith("/outcome"):
@@ -71,7 +70,7 @@ class FarSide(BaseHTTPRequestHandler):
         else:
             self._answer(200, {})
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._answer(403, {"error": "token expired"})
 
     def _answer(self, code: int, body: dict[str, Any]) -> None:
@@ -102,11 +101,6 @@ def value(exposition: str, name: str, **labels: str) -> float:
         if all(found.get(k) == v for k, v in labels.items()):
             total += float(match.group("value"))
     return total
-
-
-@pytest.fixture
-def prometheus_dir(tmp_path: Path) -> Iterator[Path]:
-    yield tmp_path
 
 
 def start_prometheus(directory: Path, target_port: int) -> tuple[subprocess.Popen[bytes], int]:
@@ -210,11 +204,13 @@ async def test_a_real_prometheus_scrapes_product_metrics_and_fires_the_alerts(
             # Labels stay in a small fixed set: no object or ledger ID in any series.
             assert object_id not in exposition and ledger_id not in exposition
             # Counted once each, though every task of every run replayed its history first.
-            runs = f"WorkflowType = 'ScheduledRun' AND WorkflowId STARTS_WITH 'schedule-run:{object_id}:'"
-            before = (await client.count_workflows(runs)).count
-            counted = value(
-                await asyncio.to_thread(scrape, metrics_port), "durability_runs_started"
+            runs = (
+                "WorkflowType = 'ScheduledRun' AND "
+                f"WorkflowId STARTS_WITH 'schedule-run:{object_id}:'"
             )
+            before = (await client.count_workflows(runs)).count
+            exposition = await asyncio.to_thread(scrape, metrics_port)
+            counted = value(exposition, "durability_runs_started")
             after = (await client.count_workflows(runs)).count
             assert before <= counted <= after, (before, counted, after)
             expected = {"DurabilityOutcomesDeadLettered", "DurabilityRequestsBlocked"}

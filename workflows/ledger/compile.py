@@ -16,8 +16,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import FailureError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.ledger import core
     from workflows import metrics
+    from workflows.ledger import core
     from workflows.ledger.models import LedgerConfig, LedgerState
     from workflows.ledger.request import failure_message
 
