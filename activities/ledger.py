@@ -10,15 +10,27 @@
   Network errors and anything unrecognised: `unresolved` (the ledger retries, L7).
   The base URL comes from `DURABILITY_LEDGER_URL` (default http://127.0.0.1:8080); point the
   ledger at them with `submit_activity="http_submit"`, `query_activity="http_query"`.
+- `http_complete` (the completion webhook, `complete_activity="http_complete"`): POST
+  `{"request": <frozen request>, "status": <whole status>}` to `<base>/complete` with the same
+  `Idempotency-Key`. 2xx with an empty body, or JSON that is not an object with `blocked`, or
+  `blocked: false`/`null`: accept (returns None). `{"blocked": true, "error"?: str}`: returned
+  as is (the ledger blocks the request). Transport errors, 408, 425, 429 and 5xx raise a
+  retryable `CompletionWebhookError` (Temporal retries it, as the compile is retried); any
+  other answer (another 4xx, a 3xx, a 2xx body that is not JSON or a malformed `blocked`)
+  raises it non-retryable. Either way, a failure that Temporal gives up on blocks the request
+  (`completion_failed: ...`).
 
 Write your own in any Temporal SDK: `compile(intent, request_id) -> compiled` and
-`submit(frozen_request) -> status` / `query(frozen_request) -> status` (docs/contract.md,
-section 3).
+`submit(frozen_request) -> status` / `query(frozen_request) -> status`, and optionally
+`complete(frozen_request, status) -> null | {"blocked": true, "error"?: str}`
+(docs/contract.md, section 3).
 """
 
 from __future__ import annotations
 
 import email.utils
+import json
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -27,10 +39,17 @@ from urllib.parse import quote
 
 import httpx
 from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 LEDGER_URL_ENV = "DURABILITY_LEDGER_URL"
 DEFAULT_LEDGER_URL = "http://127.0.0.1:8080"
 KNOWN_OUTCOMES = frozenset({"applied", "rejected", "accepted", "unresolved"})
+COMPLETION_ERROR = "CompletionWebhookError"
+# Completion answers that say the far side is down, overloaded or slow: retried.
+_RETRIED_STATUSES = frozenset({408, 425, 429, *range(500, 600)})
+_EXCERPT_CHARS = 200
+
+log = logging.getLogger("durability.ledger")
 
 
 @activity.defn(name="compile")
@@ -109,7 +128,53 @@ def status_from_response(response: httpx.Response) -> dict[str, Any]:
 
 
 def _brief(response: httpx.Response) -> str:
-    return response.text[:200]
+    return response.text[:_EXCERPT_CHARS]
+
+
+def completion_from_response(response: httpx.Response, url: str) -> dict[str, Any] | None:
+    """Map the completion webhook's answer (see module docstring): None accepts, a blocked
+    answer is returned, anything else raises `CompletionWebhookError`."""
+    code = response.status_code
+    if code in _RETRIED_STATUSES:
+        raise completion_failure(f"POST {url} answered {code}: {_brief(response)}", retried=True)
+    if not response.is_success:
+        raise completion_failure(f"POST {url} answered {code}: {_brief(response)}", retried=False)
+    if not response.content.strip():
+        return None
+    try:
+        body = response.json()
+    except ValueError:
+        raise completion_failure(
+            f"POST {url} answered {code} with a body that is not JSON: {_brief(response)}",
+            retried=False,
+        ) from None
+    if not isinstance(body, dict) or body.get("blocked") in (None, False):
+        return None
+    error = body.get("error")
+    if body["blocked"] is not True or not isinstance(error, str | None):
+        shown = json.dumps(body)[:_EXCERPT_CHARS]
+        raise completion_failure(
+            f'POST {url} answered {shown}, expected {{"blocked": true, "error"?: str}}',
+            retried=False,
+        )
+    return {"blocked": True} if error is None else {"blocked": True, "error": error}
+
+
+def completion_failure(message: str, *, retried: bool) -> ApplicationError:
+    """The `CompletionWebhookError` a failed completion call raises. A far-side failure that
+    Temporal will retry is expected: benign (the SDK logs it at DEBUG), logged here as one
+    warning line; the last attempt, or a non-retryable answer, is logged as any failure."""
+    if not retried:
+        return ApplicationError(message, type=COMPLETION_ERROR, non_retryable=True)
+    info = activity.info()
+    policy = info.retry_policy
+    last = policy is not None and 0 < policy.maximum_attempts <= info.attempt
+    if last:
+        return ApplicationError(message, type=COMPLETION_ERROR)
+    log.warning("%s (attempt %d; retried)", message, info.attempt)
+    return ApplicationError(
+        message, type=COMPLETION_ERROR, category=ApplicationErrorCategory.BENIGN
+    )
 
 
 class HttpLedgerActivities:
@@ -150,8 +215,31 @@ class HttpLedgerActivities:
             return {"outcome": "unresolved", "error": f"transport: {type(error).__name__}: {error}"}
         return status_from_response(response)
 
+    @activity.defn(name="http_complete")
+    async def complete(
+        self, request: dict[str, Any], status: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """POST `{"request", "status"}` to `<base>/complete`: None accepts, or a blocked answer."""
+        url = f"{self._base}/complete"
+        try:
+            response = await self._http().post(
+                url, json={"request": request, "status": status}, headers=self._headers(request)
+            )
+        except httpx.HTTPError as error:
+            raise completion_failure(
+                f"POST {url} failed: {type(error).__name__}: {error}", retried=True
+            ) from error
+        return completion_from_response(response, url)
+
 
 def ledger_activities(base_url: str | None = None) -> list[Callable[..., Any]]:
     """The built-in ledger activities; HTTP base URL from `DURABILITY_LEDGER_URL`."""
     http = HttpLedgerActivities(base_url or os.environ.get(LEDGER_URL_ENV, DEFAULT_LEDGER_URL))
-    return [compile_passthrough, submit_logged, query_logged, http.submit, http.query]
+    return [
+        compile_passthrough,
+        submit_logged,
+        query_logged,
+        http.submit,
+        http.query,
+        http.complete,
+    ]

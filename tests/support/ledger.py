@@ -27,6 +27,9 @@ Responder = Callable[[str, str, int], Answer]
 # An answer's header that is not sent: the handler waits this many seconds before answering
 # (outside the server's lock, so other requests are answered meanwhile).
 DELAY_HEADER = "X-Test-Delay-S"
+# The `method` of a POST to `/complete` (the `http_complete` webhook), body
+# `{"request", "status"}`; a 200 with any answer but `{"blocked": true}` accepts.
+COMPLETE = "COMPLETE"
 
 
 def applied(_method: str, _request_id: str, _count: int) -> Answer:
@@ -92,6 +95,8 @@ class LedgerServer:
                         self.max_open_by_kind[kind] = max(self.max_open_by_kind[kind], count)
             self.counts[(method, request_id)] += 1
             answer = self.responder(method, request_id, self.counts[(method, request_id)])
+            if method == COMPLETE:
+                return answer  # the client's completion hook: not the far side's state
             outcome = answer[2].get("outcome") if isinstance(answer[2], dict) else None
             if 200 <= answer[0] < 300 and outcome in ("applied", "rejected"):
                 self.resolved_at.setdefault(request_id, sequence)
@@ -124,8 +129,12 @@ def _handler(server: LedgerServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            request_id = json.loads(raw).get("id", "")
             key = self.headers.get("Idempotency-Key")
+            if self.path.endswith("/complete"):
+                request_id = (json.loads(raw).get("request") or {}).get("id", "")
+                self._answer(server.handle(COMPLETE, request_id, key, raw))
+                return
+            request_id = json.loads(raw).get("id", "")
             self._answer(server.handle("POST", request_id, key, raw))
 
         def do_GET(self) -> None:

@@ -8,8 +8,10 @@ Life of an operation:
     `begin_dispatch` reserves a request ID, one concurrency slot and the canvases while the
     compile activity runs; `freeze` records the exact request (L6) before anything is sent.
   dispatched -> resolved   when its request's submit/query loop ends `applied`/`rejected` (L9)
+                           and its `complete_activity`, if set, accepts that
   dispatched -> blocked    compile error, participant mismatch, unsupported protocol version
-                           (L6, L11), or a `blocked` status (L10); request claims are kept.
+                           (L6, L11), a `blocked` status (L10), or a completion that refused
+                           or failed; request claims are kept.
   pending -> blocked       no participants and not participant-free (L5).
 
 Choices the rules leave open:
@@ -563,6 +565,7 @@ def request_input(
         not_before=request.retry_at,
         submit_activity=config.submit_activity,
         query_activity=config.query_activity,
+        complete_activity=config.complete_activity,
         activity_task_queue=config.activity_task_queue,
         retry=config.retry,
     )
@@ -642,6 +645,53 @@ def next_step(
     )
     delay = retry_delay_ms(attempt, retry, status.retry_after_ms)
     return Step("retry", status, following, delay, now_ms + delay)
+
+
+# ---------------------------------------------------------------- completion hook (L9, L10)
+
+# The blocker of a `complete_activity` that answered `{"blocked": true}` without an error.
+COMPLETION_BLOCKED = "completion_blocked"
+# The prefix of the blocker of a `complete_activity` that failed (after its retries) or
+# answered something that is neither null nor a blocked answer.
+COMPLETION_FAILED = "completion_failed"
+# The keys of a blocked completion answer.
+BLOCKED_ANSWER_KEYS = frozenset({"blocked", "error"})
+# How much of an unexpected completion answer its blocker shows.
+MAX_SHOWN_ANSWER = 120
+
+
+def completion_blocker(answer: Any) -> str | None:
+    """What a `complete_activity` answer means: None (null) accepts the resolution;
+    `{"blocked": true, "error"?: str}` blocks with `error` (else `completion_blocked`); any
+    other answer is a completion failure that blocks too, naming the answer (cut)."""
+    if answer is None:
+        return None
+    blocked = isinstance(answer, dict) and answer.get("blocked") is True
+    if blocked and set(answer) <= BLOCKED_ANSWER_KEYS:
+        error = answer.get("error")
+        if error is None or error == "":
+            return COMPLETION_BLOCKED
+        if isinstance(error, str):
+            return error[:MAX_ERROR_LENGTH]
+    shown = json.dumps(answer, separators=(",", ":"), default=str)
+    if len(shown) > MAX_SHOWN_ANSWER:
+        shown = shown[:MAX_SHOWN_ANSWER] + "..."
+    return completion_failure(
+        f'answered {shown}, expected null or {{"blocked": true, "error"?: str}}'
+    )
+
+
+def completion_failure(message: str) -> str:
+    """The blocker of a `complete_activity` that failed: `completion_failed: <message>`."""
+    return f"{COMPLETION_FAILED}: {message}"[:MAX_ERROR_LENGTH]
+
+
+def completion_blocked(step: Step, reason: str) -> Step:
+    """A resolved step whose completion refused it (or failed): the request blocks with
+    `reason` (L10) and keeps its claims; `resume` queries again (L13) and completes again.
+    The status keeps the far side's outcome, with `blocked` and the reason as its error."""
+    status = step.status.model_copy(update={"blocked": True, "error": reason})
+    return Step("blocked", status, RequestAction.QUERY)
 
 
 def record_attempt(state: LedgerState, report: RequestReport) -> bool:
@@ -1105,14 +1155,16 @@ def next_run_input(state: LedgerState, config: LedgerConfig, ledger_id: str) -> 
     """The input of the run that continues this one: its settings, ID and whole state,
     compacted first.
 
-    `local_compile` is left out while off (the next run re-applies its default), so a run
-    continued by an upgraded worker still starts on a worker that does not know it yet (a
-    rolling upgrade).
+    `local_compile` while off and `complete_activity` while null are left out (the next run
+    re-applies their defaults), so a run continued by an upgraded worker still starts on a
+    worker that does not know them yet (a rolling upgrade).
     """
     compact(state, config)
     left_out = {"ledger_id"}
     if not config.local_compile:
         left_out.add("local_compile")
+    if config.complete_activity is None:
+        left_out.add("complete_activity")
     return LedgerInput(
         **config.model_dump(exclude=left_out), ledger_id=ledger_id, carried_state=state
     )

@@ -8,7 +8,15 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from workflows.limits import ActivityName, BoundedId, TaskQueueName
 
@@ -111,6 +119,9 @@ class LedgerConfig(BaseModel):
     compile_activity: ActivityName = "compile"
     submit_activity: ActivityName = "submit"
     query_activity: ActivityName = "query"
+    # Called as `(frozen_request, status)` once a submit or query answers applied/rejected,
+    # before the request resolves (L9); None: no call.
+    complete_activity: ActivityName | None = None
     activity_task_queue: TaskQueueName | None = None
     # Not part of the wire contract: continue-as-new once history reaches this many events
     # (None: when Temporal suggests it, with a safety cap). Tests use a small value; below 20
@@ -126,6 +137,22 @@ class LedgerConfig(BaseModel):
     # compile runs on another task queue or in another SDK.
     local_compile: bool = False
     retention: RetentionConfig = Field(default_factory=lambda: RetentionConfig())
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Settings newer than 0.1.0 are written only when set (`core.next_run_input` leaves
+        them unset while they have their defaults): a worker of an earlier release refuses
+        a start input with a field it does not know."""
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in LEFT_OUT_UNSET:
+                if name not in self.model_fields_set:
+                    data.pop(name, None)
+        return data
+
+
+# LedgerConfig fields not written while unset (see `LedgerConfig._leave_out_unset`).
+LEFT_OUT_UNSET = ("local_compile", "complete_activity")
 
 
 class OperationIntent(BaseModel):
@@ -294,6 +321,7 @@ class FrozenRequestInput(BaseModel):
     not_before: int | None = None
     submit_activity: ActivityName = "submit"
     query_activity: ActivityName = "query"
+    complete_activity: ActivityName | None = None
     activity_task_queue: TaskQueueName | None = None
     retry: RetryConfig = Field(default_factory=RetryConfig)
     activity_timeout_ms: int = Field(default=30_000, ge=1, le=MAX_INT32)

@@ -45,6 +45,13 @@ with workflow.unsafe.imports_passed_through():
 
 # The FrozenRequest loop owns retries (L7, L8): one activity attempt per submit/query.
 SEND_RETRY = RetryPolicy(maximum_attempts=1)
+# `complete_activity` is retried by Temporal like `compile_activity` (workflows.ledger.compile):
+# the same timeout and retry policy. Its failure after these attempts blocks the request.
+COMPLETE_TIMEOUT = timedelta(seconds=60)
+COMPLETE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3)
+# New executions call `complete_activity` (when set) under this patch; a history from before
+# it (or run by an older worker that ignored the field) replays without the call.
+COMPLETE_PATCH = "ledger-complete-activity"
 # A FrozenRequest continues-as-new after this many non-final attempts (bounded history).
 REQUEST_ATTEMPTS_PER_RUN = 200
 # How many times (a second apart) the ledger tries to start a request whose workflow ID is
@@ -165,6 +172,7 @@ class FrozenRequestWorkflow:
             raw = await self._send(input, action, request_id)
             attempt += 1
             step = core.next_step(action, raw, attempt, input.retry, now_ms())
+            step = await self._complete(input, raw, step)
             status = step.status.model_dump(mode="json", exclude_none=True)
             if step.result != "retry":
                 report = RequestReport(
@@ -230,6 +238,7 @@ class FrozenRequestWorkflow:
         raw = await self._send(input, "query", request_id)
         attempt = input.attempt + 1
         step = core.next_step(RequestAction.QUERY, raw, attempt, input.retry, now_ms())
+        step = await self._complete(input, raw, step)
         phase = {"resolved": "resolved", "blocked": "blocked"}.get(step.result, "frozen")
         return RequestReport(
             request_id=request_id,
@@ -239,6 +248,32 @@ class FrozenRequestWorkflow:
             next_action=RequestAction.QUERY,
             launch=input.launch,
         ).model_dump(mode="json")
+
+    async def _complete(self, input: FrozenRequestInput, raw: Any, step: core.Step) -> core.Step:
+        """A resolved step, once `complete_activity(frozen_request, status)` accepted it (it
+        gets the far side's whole status as answered); blocked (L10, next action `query`)
+        when it answers `{"blocked": true}`, anything else, or fails after its retries. Any
+        other step, or no `complete_activity`, is returned as is."""
+        if step.result != "resolved" or input.complete_activity is None:
+            return step
+        if not workflow.patched(COMPLETE_PATCH):
+            return step  # a history from before the hook: it resolved without the call
+        try:
+            answer: Any = await workflow.execute_activity(
+                input.complete_activity,
+                args=[input.request, raw],
+                task_queue=input.activity_task_queue,
+                start_to_close_timeout=COMPLETE_TIMEOUT,
+                retry_policy=COMPLETE_RETRY,
+                summary=f"complete {input.request['id']}",
+            )
+        except ActivityError as error:
+            if is_cancelled_exception(error):
+                raise  # stopped: as for a submit or query
+            return core.completion_blocked(step, core.completion_failure(failure_message(error)))
+        _raise_if_cancel_requested()
+        reason = core.completion_blocker(answer)
+        return step if reason is None else core.completion_blocked(step, reason)
 
     async def _tell(
         self, ledger: workflow.ExternalWorkflowHandle[Any], name: str, report: RequestReport
