@@ -810,3 +810,56 @@ def _in_flight(state: LedgerState, op_id: str) -> bool:
         and request_id in state.requests
         and (state.requests[request_id].phase == "in_flight")
     )
+
+
+# ---------------------------------------------------------------- completion hook
+
+
+def test_a_null_completion_accepts_and_a_blocked_answer_blocks_with_its_error() -> None:
+    assert core.completion_blocker(None) is None
+    assert core.completion_blocker({"blocked": True, "error": "receipt mismatch"}) == (
+        "receipt mismatch"
+    )
+    assert core.completion_blocker({"blocked": True}) == core.COMPLETION_BLOCKED
+    assert core.completion_blocker({"blocked": True, "error": ""}) == core.COMPLETION_BLOCKED
+    assert core.completion_blocker({"blocked": True, "error": "e" * 900}) == "e" * 500
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [{}, {"blocked": False}, {"blocked": "yes"}, {"blocked": True, "error": 3}, True, "ok", []],
+)
+def test_any_other_completion_answer_blocks_naming_it(answer: Any) -> None:
+    blocker = core.completion_blocker(answer)
+    assert blocker is not None and blocker.startswith("completion_failed: answered ")
+    assert blocker.endswith('expected null or {"blocked": true, "error"?: str}')
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=50),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=30,
+)
+
+
+@given(json_values)
+def test_only_null_accepts_and_every_blocker_is_bounded(answer: Any) -> None:
+    blocker = core.completion_blocker(answer)
+    assert (blocker is None) == (answer is None)
+    assert blocker is None or 0 < len(blocker) <= core.MAX_ERROR_LENGTH
+
+
+def test_a_blocked_completion_keeps_the_far_sides_outcome_and_queries_next() -> None:
+    resolved = core.next_step(
+        RequestAction.SUBMIT, {"outcome": "applied", "canonical": {"v": 1}}, 1, RetryConfig(), 0
+    )
+    step = core.completion_blocked(resolved, core.completion_failure("boom"))
+    assert (step.result, step.next_action) == ("blocked", RequestAction.QUERY)
+    dumped = step.status.model_dump(mode="json", exclude_none=True)
+    assert dumped == {
+        "outcome": "applied",
+        "canonical": {"v": 1},
+        "blocked": True,
+        "error": "completion_failed: boom",
+    }
+    assert len(core.completion_failure("x" * 2000)) == core.MAX_ERROR_LENGTH

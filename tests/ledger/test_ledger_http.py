@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import email.utils
 import json
 from typing import Any
 
 import pytest
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.testing import ActivityEnvironment
 
 from activities.ledger import (
     HttpLedgerActivities,
@@ -14,7 +18,7 @@ from activities.ledger import (
     ledger_activities,
     retry_after_ms,
 )
-from tests.support.ledger import Answer, recording_server
+from tests.support.ledger import COMPLETE, Answer, recording_server
 
 FROZEN: dict[str, Any] = {
     "id": "req-1",
@@ -131,6 +135,88 @@ def test_builtin_names_and_base_url_from_the_environment(monkeypatch: pytest.Mon
     monkeypatch.setenv("DURABILITY_LEDGER_URL", "http://127.0.0.1:1234/api/")
     activities = ledger_activities()
     names = [a.__temporal_activity_definition.name for a in activities]  # type: ignore[attr-defined]
-    assert names == ["compile", "submit", "query", "http_submit", "http_query"]
+    assert names == ["compile", "submit", "query", "http_submit", "http_query", "http_complete"]
     http = activities[3].__self__  # type: ignore[attr-defined]
     assert http._base == "http://127.0.0.1:1234/api"
+
+
+# ---------------------------------------------------------------- http_complete
+
+STATUS: dict[str, Any] = {"outcome": "applied", "canonical": {"doc": "d" * 2000}, "receipt": 9}
+
+
+async def complete(base_url: str, attempt: int = 1) -> Any:
+    """`http_complete` run as Temporal runs it: attempt `attempt` of at most 3."""
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(
+        env.info, attempt=attempt, retry_policy=RetryPolicy(maximum_attempts=3)
+    )
+    return await env.run(HttpLedgerActivities(base_url).complete, FROZEN, STATUS)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        (200, {}, None),
+        (204, {}, None),
+        (200, {}, {"ok": 1}),
+        (200, {}, {"blocked": False}),
+        (200, {}, [1]),
+    ],
+)
+async def test_complete_posts_request_and_status_and_accepts(answer: Answer) -> None:
+    with recording_server(answering(answer)) as server:
+        assert await complete(server.base_url) is None
+    [received] = server.received
+    assert (received.method, received.request_id, received.key) == (COMPLETE, "req-1", "req-1")
+    assert json.loads(received.body or "") == {"request": FROZEN, "status": STATUS}
+
+
+async def test_complete_returns_a_blocked_answer() -> None:
+    refusal = {"blocked": True, "error": "receipt mismatch", "extra": 1}
+    with recording_server(answering((200, {}, refusal))) as server:
+        assert await complete(server.base_url) == {"blocked": True, "error": "receipt mismatch"}
+    with recording_server(answering((200, {}, {"blocked": True}))) as server:
+        assert await complete(server.base_url) == {"blocked": True}
+
+
+@pytest.mark.parametrize("code", [408, 425, 429, 500, 503])
+async def test_complete_far_side_failures_are_retried_benign_until_the_last_attempt(
+    code: int,
+) -> None:
+    with recording_server(answering((code, {}, {"error": "busy"}))) as server:
+        with pytest.raises(ApplicationError) as retried:
+            await complete(server.base_url)
+        with pytest.raises(ApplicationError) as last:
+            await complete(server.base_url, attempt=3)
+    assert retried.value.type == last.value.type == "CompletionWebhookError"
+    assert not retried.value.non_retryable and not last.value.non_retryable
+    assert retried.value.category == ApplicationErrorCategory.BENIGN
+    assert last.value.category != ApplicationErrorCategory.BENIGN
+    assert f"answered {code}" in retried.value.message
+
+
+async def test_complete_transport_errors_are_retried() -> None:
+    with recording_server() as server:
+        gone = server.base_url
+    with pytest.raises(ApplicationError) as retried:
+        await complete(gone)
+    assert not retried.value.non_retryable
+    assert "ConnectError" in retried.value.message
+
+
+@pytest.mark.parametrize(
+    ("answer", "shown"),
+    [
+        ((404, {}, {"error": "no such receipt"}), "answered 404"),
+        ((400, {}, None), "answered 400"),
+        ((302, {"Location": "/elsewhere"}, None), "answered 302"),
+        ((200, {}, {"blocked": "yes"}), "expected"),
+        ((200, {}, {"blocked": True, "error": 7}), "expected"),
+    ],
+)
+async def test_complete_other_answers_are_not_retried(answer: Answer, shown: str) -> None:
+    with recording_server(answering(answer)) as server, pytest.raises(ApplicationError) as refused:
+        await complete(server.base_url)
+    assert refused.value.type == "CompletionWebhookError" and refused.value.non_retryable
+    assert shown in refused.value.message
