@@ -288,7 +288,7 @@ ENCRYPTION_KEY = Setting(
 LEDGER_URL = Setting(
     "DURABILITY_LEDGER_URL",
     "http://127.0.0.1:8080",
-    "base URL of the built-in `http_submit`/`http_query` ledger activities",
+    "base URL of the built-in `http_submit`/`http_query`/`http_complete` ledger activities",
     http_url,
 )
 WEBHOOK_ALLOWED_URLS = Setting(

@@ -16,6 +16,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from tests.support.cold_worker import (
     LedgerActivities,
     activity_worker,
+    assert_healthy,
     assert_healthy_and_updated,
     cold_names,
     wait_for_applied,
@@ -96,12 +97,30 @@ async def failed_child(case: Case) -> None:
     await wait_for_applied(case.handle, "CHILD_WORKFLOW_EXECUTION_TERMINATED")
 
 
+async def completion_accepted(case: Case) -> None:
+    """A request's `complete_activity` accepts, and its result reaches a cold worker: the call
+    waits (`complete_gated`) until the next worker is up, then the child resolves there."""
+    await enqueue(case.handle, op("A", "c0", complete_gated=True))
+    await eventually(lambda: case.acts.completions, timeout=30)
+
+
+async def completion_blocked(case: Case) -> None:
+    """As `completion_accepted`, but the completion answers blocked: the request blocks with
+    its claims on the cold worker (a later call, after `resume`, accepts)."""
+    await enqueue(case.handle, op("A", "c0", complete_gated=True, complete_refuse=True))
+    await eventually(lambda: case.acts.completions, timeout=30)
+
+
 COMPLETIONS: dict[str, Callable[[Case], Awaitable[None]]] = {
     "request_end": request_end,
     "compile_result": compile_result,
     "blocked_compile": blocked_compile,
     "failed_child": failed_child,
+    "completion_accepted": completion_accepted,
+    "completion_blocked": completion_blocked,
 }
+# The completions whose ledger calls `complete_activity`.
+WITH_COMPLETE = {"completion_accepted", "completion_blocked"}
 
 
 # --- messages (sent at once to the new worker)
@@ -213,7 +232,9 @@ async def test_message_after_completion_on_a_cold_worker(
 ) -> None:
     suffix, task_queue, activity_queue = cold_names()
     acts = LedgerActivities()
-    start = {"activity_task_queue": activity_queue, "concurrency": 4}
+    start: dict[str, Any] = {"activity_task_queue": activity_queue, "concurrency": 4}
+    if completion in WITH_COMPLETE:
+        start["complete_activity"] = "complete"
     async with activity_worker(client, activity_queue, acts.all()):
         async with workflow_worker(client, task_queue):
             handle = await client.start_workflow(
@@ -227,6 +248,7 @@ async def test_message_after_completion_on_a_cold_worker(
             else:
                 await COMPLETIONS[completion](case)
         async with workflow_worker(client, task_queue):
+            acts.gate.set()  # a gated completion's result now reaches this cold worker
             await MESSAGES[message](case)
         async with workflow_worker(client, task_queue):
             if case.stopped:
@@ -239,6 +261,30 @@ async def test_message_after_completion_on_a_cold_worker(
     for body in acts.sent:
         assert [body["payload"]["op"]] == body["operation_ids"], body
     await assert_healthy_and_updated(client, handle)
+    if completion in WITH_COMPLETE:
+        await _check_completed_request(case, completion)
+
+
+async def _check_completed_request(case: Case, completion: str) -> None:
+    """A's request ended as its completion said, and its child's history is healthy."""
+    snap = await case.handle.query("snapshot")
+    a = next(o for o in snap["operations"] if o["id"] == "A")
+    request_id = case.acts.completions[0]
+    assert a["request_id"] == request_id
+    if a["phase"] == "blocked":
+        assert completion == "completion_blocked"
+        assert a["blockers"] == ["receipt mismatch"]
+        assert snap["claims"].get("c0") == request_id
+    elif a["phase"] == "resolved":
+        # accepted, or blocked and then resumed: the later call accepted
+        assert case.acts.completions.count(request_id) == (
+            1 if completion == "completion_accepted" else 2
+        )
+    else:
+        assert case.stopped and a["phase"] == "dispatched"  # stopped mid-completion
+    ledger_id = case.handle.id.removeprefix("ledger:")
+    child = case.handle._client.get_workflow_handle(f"request:{ledger_id}:{request_id}")
+    await assert_healthy(case.handle._client, child)
 
 
 async def _hold_while(case: Case, completion: Callable[[Case], Awaitable[None]]) -> None:

@@ -122,12 +122,17 @@ class LedgerActivities:
     An intent whose payload has `compile_error` fails to compile; `submit_ms` makes the
     submit take that long; `submit_outcome` is what the submit answers (default `applied`);
     `query_ms` makes the query take that long. `queried` / `answered` record each query's
-    request ID as it begins and ends.
+    request ID as it begins and ends. `complete` (the ledger's `complete_activity` when a
+    scenario sets it) accepts, except for a request's first call: with `complete_gated` that
+    call waits for `gate`, and with `complete_refuse` it answers blocked (`receipt mismatch`).
     """
 
     sent: list[dict[str, Any]] = field(default_factory=list)
     queried: list[str] = field(default_factory=list)
     answered: list[str] = field(default_factory=list)
+    # The request ID of every `complete` call, in order.
+    completions: list[str] = field(default_factory=list)
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
 
     @activity.defn(name="compile")
     async def compile(self, intent: dict[str, Any], request_id: str) -> dict[str, Any]:
@@ -159,5 +164,19 @@ class LedgerActivities:
         self.answered.append(request["id"])
         return {"outcome": "applied"}
 
+    @activity.defn(name="complete")
+    async def complete(self, request: dict[str, Any], status: dict[str, Any]) -> Any:
+        first = request["id"] not in self.completions
+        self.completions.append(request["id"])
+        payload = request.get("payload") or {}
+        if first and payload.get("complete_gated"):
+            deadline = time.monotonic() + 30
+            while not self.gate.is_set() and time.monotonic() < deadline:
+                activity.heartbeat()
+                await asyncio.sleep(0.05)
+        if first and payload.get("complete_refuse"):
+            return {"blocked": True, "error": "receipt mismatch"}
+        return None
+
     def all(self) -> list[Callable[..., Any]]:
-        return [self.compile, self.submit, self.query]
+        return [self.compile, self.submit, self.query, self.complete]

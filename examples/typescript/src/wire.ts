@@ -140,6 +140,8 @@ export interface LedgerStartInput {
   compile_activity?: string;
   submit_activity?: string;
   query_activity?: string;
+  /** Called as (frozen_request, status) before a request resolves; null: no call (3.6). */
+  complete_activity?: string | null;
   activity_task_queue?: string | null;
   retention?: { resolved_operations?: number; remembered_ids?: number };
 }
