@@ -257,12 +257,12 @@ async def test_message_after_completion_on_a_cold_worker(
                 assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
             else:
                 await progress(case)
+            if completion in WITH_COMPLETE:
+                await _check_completed_request(case, completion)
     # Every frozen body that was sent carries its own operation's payload.
     for body in acts.sent:
         assert [body["payload"]["op"]] == body["operation_ids"], body
     await assert_healthy_and_updated(client, handle)
-    if completion in WITH_COMPLETE:
-        await _check_completed_request(case, completion)
 
 
 async def _check_completed_request(case: Case, completion: str) -> None:
