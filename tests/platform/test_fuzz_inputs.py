@@ -341,6 +341,7 @@ def ledger_start_inputs(max_depth: int) -> st.SearchStrategy[tuple[Any, str]]:
             "compile_activity": st.just("compile") | names,
             "submit_activity": st.just("submit") | names,
             "query_activity": st.just("query") | names,
+            "complete_activity": st.none() | names,
             "activity_task_queue": st.none() | names,
             "retention": retention,
         },
@@ -738,6 +739,7 @@ PINNED_LEDGER_STARTS: list[tuple[Any, str, str | None]] = [
     ({"ledger_id": "z" * 3000}, "ledger_id", None),  # its search attribute is over 2 KiB
     ({}, "ledger_id", "ledger:" + "y" * 950),  # its requests' IDs over 1000 bytes
     ({"compile_activity": "c" * 1001}, "compile_activity", None),
+    ({"complete_activity": ""}, "complete_activity", None),
     ({"activity_task_queue": "/_sys/x"}, "activity_task_queue", None),
     ({"x": 1}, "x", None),  # unknown fields are refused
     ({"x": DEEP_205}, "cannot be decoded", None),
