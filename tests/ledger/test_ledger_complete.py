@@ -216,11 +216,14 @@ async def test_a_completion_answer_that_is_neither_null_nor_blocked_blocks_namin
     assert snap["claims"] == {"c1": operations(snap)["a"]["request_id"]}
 
 
-async def test_stop_cancels_a_completion_in_flight_and_keeps_the_request_frozen(
+async def test_stop_cancels_a_completion_in_flight_and_its_final_query_completes_again(
     client: Client, task_queue: str, unique: str
 ) -> None:
+    """`stop` cancels a completion in flight as it cancels a submit (the request is not
+    resolved by it); its final query (3.10) asks again and calls the completion again."""
+
     def slow(_count: int) -> Answer:
-        time.sleep(3)  # on the server's thread: the completion is in flight meanwhile
+        time.sleep(2)  # on the server's thread: the completion is in flight meanwhile
         return 200, {}, None
 
     async with live_ledger(
@@ -230,11 +233,11 @@ async def test_stop_cancels_a_completion_in_flight_and_keeps_the_request_frozen(
         await eventually(lambda: any(r.method == COMPLETE for r in server.received), timeout=30)
         final = await handle.execute_update("stop", {}, result_type=dict)
     [request] = final["requests"]
-    assert (request["phase"], request["retry_action"]) == ("frozen", "query")
-    assert operations(final)["a"]["phase"] == "dispatched"
-    assert final["claims"] == {"c1": request["id"]}
-    child = client.get_workflow_handle(request_workflow(handle, request["id"]))
-    assert (await child.describe()).status == WorkflowExecutionStatus.CANCELED
+    # the cancelled call, then the final query's: the first did not resolve the request
+    assert len(completions(server.sent(request["id"]))) == 2
+    assert [r["request_id"] for r in final["resolved_at_stop"]] == [request["id"]]
+    assert operations(final)["a"]["outcome"] == "applied"
+    assert final["claims"] == {}
 
 
 @pytest.mark.parametrize(
@@ -297,3 +300,38 @@ async def test_a_request_run_by_a_worker_that_ignored_the_field_replays_without_
     replayer = production_replayer([OperationLedgerWorkflow, FrozenRequestWorkflow])
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
+
+
+@pytest.mark.parametrize("refuse", [False, True], ids=["accepts", "refuses"])
+async def test_stops_final_query_completes_before_it_resolves(
+    client: Client, task_queue: str, unique: str, refuse: bool
+) -> None:
+    """A request waiting after `accepted` is asked once more by `stop` (3.10); when that
+    query answers `applied`, the completion decides whether it is resolved at stop."""
+    decided = {"yes": False}
+
+    def answer(method: str, _request_id: str, _count: int) -> Answer:
+        if method == COMPLETE:
+            return 200, {}, {"blocked": True, "error": "receipt mismatch"} if refuse else None
+        if method == "GET" and decided["yes"]:
+            return 200, {}, APPLIED
+        return 202, {}, {"outcome": "accepted"}
+
+    async with live_ledger(
+        client, task_queue, unique, answer, complete_activity="http_complete"
+    ) as (server, handle):
+        await enqueue(handle, intent("a", ["c1"]))
+        await eventually(lambda: any(r.method == "GET" for r in server.received), timeout=30)
+        decided["yes"] = True
+        final = await handle.execute_update("stop", {}, result_type=dict)
+    [request] = final["requests"]
+    assert [c["status"] for c in completions(server.sent(request["id"]))] == [APPLIED]
+    if refuse:
+        assert [u["request_id"] for u in final["unknown"]] == [request["id"]]
+        assert final["unknown"][0]["at_stop"] == "blocked"
+        assert operations(final)["a"]["blockers"] == ["receipt mismatch"]
+        assert final["claims"] == {"c1": request["id"]}
+    else:
+        assert [r["request_id"] for r in final["resolved_at_stop"]] == [request["id"]]
+        assert operations(final)["a"]["outcome"] == "applied"
+        assert final["claims"] == {}
