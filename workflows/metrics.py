@@ -41,7 +41,7 @@ DESCRIPTIONS: Mapping[str, str] = {
     LEDGER_OPERATIONS: "Operations entering a phase (dispatched, resolved, blocked, skipped)",
     REQUEST_ATTEMPTS: "Submit and query calls by action and answer",
     REQUESTS_BLOCKED: "Requests that became blocked, by kind of reason",
-    COMPLETION_REFUSALS: "complete_activity answers that blocked a request",
+    COMPLETION_REFUSALS: "complete_activity calls that blocked a request (refused, failed)",
 }
 UNITS: Mapping[str, str] = {RUN_START_LATENESS: "ms", QUEUE_DEPTH: "runs"}
 # Histogram buckets for the runtime's Prometheus exporter (`worker.py` sets them; a worker of

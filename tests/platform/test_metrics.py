@@ -57,16 +57,21 @@ def test_promtool_checks_the_rules_and_their_unit_tests() -> None:
 
 
 class FarSide(BaseHTTPRequestHandler):
-    """Runs succeed; every outcome delivery fails (so outcomes are dead-lettered); every ledger
-    submit answers `blocked` (so requests block)."""
+    """Runs succeed; every outcome delivery fails (so outcomes are dead-lettered); a ledger
+    submit answers `blocked` (so requests block), except one marked `reconcile-me`, which is
+    applied and then refused by the completion webhook."""
 
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
-        self.rfile.read(length)
+        body = self.rfile.read(length)
         if self.path.startswith("/outcome"):
             self._answer(500, {"error": "receiver down"})
+        elif self.path.startswith("/api/requests") and b"reconcile-me" in body:
+            self._answer(200, {"outcome": "applied"})
         elif self.path.startswith("/api/requests"):
             self._answer(403, {"error": "token expired"})
+        elif self.path.startswith("/api/complete"):
+            self._answer(200, {"blocked": True, "error": "receipt mismatch"})
         else:
             self._answer(200, {})
 
@@ -183,6 +188,13 @@ async def test_a_real_prometheus_scrapes_product_metrics_and_fires_the_alerts(
                 [{"id": "op-1", "operation_type": "t", "participants": ["c1"]}],
                 options={"submit_activity": "http_submit", "query_activity": "http_query"},
             )
+            await durability.enqueue(
+                f"{ledger_id}-c",
+                [{"id": "op-1", "operation_type": "t", "participants": ["c1"],
+                  "payload": {"note": "reconcile-me"}}],
+                options={"submit_activity": "http_submit", "query_activity": "http_query",
+                         "complete_activity": "http_complete"},
+            )  # fmt: skip
 
             def seen() -> str | None:
                 exposition = scrape(metrics_port)
@@ -196,7 +208,8 @@ async def test_a_real_prometheus_scrapes_product_metrics_and_fires_the_alerts(
                     value(exposition, "durability_run_start_lateness_bucket", le="30000") >= 2,
                     value(exposition, "durability_ledger_operations", phase="dispatched") >= 1,
                     value(exposition, "durability_request_attempts", answer="blocked") >= 1,
-                    value(exposition, "durability_requests_blocked", reason="far_side") >= 1,
+                    value(exposition, "durability_requests_blocked", reason="far_side") >= 2,
+                    value(exposition, "durability_completion_refusals", kind="refused") >= 1,
                 ]
                 return exposition if all(wanted) else None
 

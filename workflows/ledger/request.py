@@ -270,10 +270,14 @@ class FrozenRequestWorkflow:
         except ActivityError as error:
             if is_cancelled_exception(error):
                 raise  # stopped: as for a submit or query
+            metrics.count(metrics.COMPLETION_REFUSALS, kind="failed")
             return core.completion_blocked(step, core.completion_failure(failure_message(error)))
         _raise_if_cancel_requested()
         reason = core.completion_blocker(answer)
-        return step if reason is None else core.completion_blocked(step, reason)
+        if reason is None:
+            return step
+        metrics.count(metrics.COMPLETION_REFUSALS, kind="refused")
+        return core.completion_blocked(step, reason)
 
     async def _tell(
         self, ledger: workflow.ExternalWorkflowHandle[Any], name: str, report: RequestReport
