@@ -758,7 +758,8 @@ async def execute(args: argparse.Namespace) -> Any:
 
     tracing = configure_tracing("durability-cli")
     try:
-        client = await DurabilityClient.connect(args.task_queue)
+        # Without an exporter a span goes nowhere: no interceptor, and no import of it.
+        client = await DurabilityClient.connect(args.task_queue, tracing=tracing is not None)
         return await args.run(client, args)
     finally:
         if tracing is not None:

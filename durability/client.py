@@ -40,7 +40,7 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, FailureError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from durability.connect import connect, task_queue
+from durability.connect import connect_client, task_queue
 from workflows import search_attributes
 from workflows.ledger import LEDGER_WORKFLOW as LEDGER_WORKFLOW
 from workflows.ledger import ledger_workflow_id as ledger_workflow_id
@@ -574,9 +574,13 @@ class DurabilityClient:
         self.next_occurrence = next_occurrence
 
     @classmethod
-    async def connect(cls, task_queue_name: str | None = None) -> DurabilityClient:
-        """Connect with Temporal's environment configuration and the product's converter."""
-        return cls(await connect(), task_queue_name)
+    async def connect(
+        cls, task_queue_name: str | None = None, *, tracing: bool = True
+    ) -> DurabilityClient:
+        """Connect with Temporal's environment configuration and the product's converter
+        (`durability.connect.connect_client`); `tracing=False` leaves OpenTelemetry's
+        interceptor out."""
+        return cls(await connect_client(tracing=tracing), task_queue_name)
 
     # -- what every call shares --------------------------------------------------------
 

@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from temporalio.client import Client, Interceptor, Plugin
-from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.envconfig import ClientConfig, ClientConnectConfig
@@ -22,7 +21,14 @@ from temporalio.service import TLSConfig
 from durability import settings
 from durability.settings import ConfigurationError
 
-__all__ = ["ConfigurationError", "connect", "data_converter", "load_connect_config", "task_queue"]
+__all__ = [
+    "ConfigurationError",
+    "connect",
+    "connect_client",
+    "data_converter",
+    "load_connect_config",
+    "task_queue",
+]
 
 
 def task_queue(env: Mapping[str, str] | None = None) -> str:
@@ -82,9 +88,40 @@ def load_connect_config(env: Mapping[str, str] | None = None) -> ClientConnectCo
 def interceptors() -> list[Interceptor]:
     """OpenTelemetry tracing on every client and worker, and, on every worker, the hosting of
     plugin-hosted schedule runs (`durability.hosting`)."""
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
     from durability.hosting import RunHostInterceptor
 
     return [TracingInterceptor(), RunHostInterceptor()]
+
+
+async def connect_client(
+    env: Mapping[str, str] | None = None, *, tracing: bool = True, **overrides: Any
+) -> Client:
+    """A client to call the product with, not to build workers from: the product's converter
+    (the codec when configured) and, when `tracing`, OpenTelemetry's `TracingInterceptor`.
+    Lighter than `connect`: it loads neither the workflows nor the activities, nor, without
+    `tracing`, OpenTelemetry's interceptor (what `durability` commands wait for first)."""
+    config: dict[str, Any] = dict(load_connect_config(env))
+    config.update(overrides)
+    chosen: list[Interceptor] = []
+    if tracing:
+        from temporalio.contrib.opentelemetry import TracingInterceptor
+
+        chosen.append(TracingInterceptor())
+    try:
+        return await Client.connect(
+            **config, data_converter=data_converter(env), interceptors=chosen
+        )
+    except (RuntimeError, ValueError) as error:
+        raise _unreachable(config, error) from error
+
+
+def _unreachable(config: Mapping[str, Any], error: Exception) -> ConfigurationError:
+    tls = " with TLS" if config.get("tls") not in (None, False) else ""
+    return ConfigurationError(
+        f"cannot connect to Temporal at {config.get('target_host')!r}{tls}: {error}"
+    )
 
 
 async def connect(
@@ -107,7 +144,4 @@ async def connect(
             runtime=runtime,
         )
     except (RuntimeError, ValueError) as error:
-        tls = " with TLS" if config.get("tls") not in (None, False) else ""
-        raise ConfigurationError(
-            f"cannot connect to Temporal at {config.get('target_host')!r}{tls}: {error}"
-        ) from error
+        raise _unreachable(config, error) from error

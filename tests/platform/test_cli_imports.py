@@ -64,3 +64,19 @@ def test_the_client_loads_the_workflows_validators_only_to_check_input() -> None
         "workflows.ledger.core", "workflows.ledger.models",
     )  # fmt: skip
     assert heavy_among(loaded, validators) == []
+
+
+def test_a_client_for_calls_loads_no_tracing_interceptor_plugin_or_activities() -> None:
+    """What a `durability` command connects with (`connect_client`, tracing off): the SDK's
+    OpenTelemetry interceptor (it loads the worker package), the plugin and the activities
+    are for workers, and cost a command ~100 ms before its first answer."""
+    loaded = imported_after(
+        "import asyncio\n"
+        "from durability.connect import connect_client\n"
+        "try:\n"
+        "    asyncio.run(connect_client({'TEMPORAL_ADDRESS': '127.0.0.1:1'}, tracing=False))\n"
+        "except Exception:\n"
+        "    pass\n"
+    )
+    heavy = ("temporalio.contrib.opentelemetry", "durability.plugin", "activities")
+    assert heavy_among(loaded, heavy) == []
