@@ -171,11 +171,10 @@ async def test_a_lane_counts_only_attempts_in_progress(
     client: Client, task_queue: str, unique: str
 ) -> None:
     decide = {"u1": [BUSY_60]}
-    uploads = {"operation_type": "asset.upload"}
     async with by_op_ledger(client, task_queue, unique, decide, concurrency=4) as (server, h):
-        await enqueue(h, intent("u1", [], **uploads))
+        await enqueue(h, intent("u1", [], operation_type="asset.upload"))
         await eventually(lambda: waiting(h, "u1"), timeout=30)
-        await enqueue(h, intent("u2", [], **uploads))
+        await enqueue(h, intent("u2", [], operation_type="asset.upload"))
         await resolved(h, "u2")  # the lane (asset.upload: 1) holds only u1's wait
     assert ops_sent(server)[:2] == [("POST", "u1"), ("POST", "u2")]
 
