@@ -73,9 +73,10 @@ LEDGER_GRANTS_PATCH = "ledger-grants-retry-slots"
 # Recorded by a `FrozenRequest` run the first time it waits for a grant (never on the happy
 # path); a run recorded without it (an older worker ran it) sleeps its own timer.
 REQUEST_GRANTS_PATCH = "frozen-request-grants"
-# A request waiting this long for its grant reports again (its ledger may have continued as
-# new, been held, or be gone); if that report cannot be delivered (the ledger is closed), the
-# request ends as it does when a report fails.
+# While a request waits for its grant it reports again this often (its ledger may have been
+# held a long time, or be gone): one timer per request run, started at its first wait, not
+# one per retry. If that report cannot be delivered (the ledger is closed), the request ends
+# as it does when a report fails.
 GRANT_WAIT = timedelta(hours=1)
 # Grants remembered per request run, by launch (a bound against stray signals).
 MAX_GRANT_LAUNCHES = 8
@@ -171,6 +172,10 @@ class FrozenRequestWorkflow:
     def __init__(self) -> None:
         # launch -> the highest attempt count the ledger granted a next attempt after.
         self._granted: dict[int, int] = {}
+        # The report of the attempt whose grant is awaited (None: not waiting).
+        self._waiting: RequestReport | None = None
+        self._reminder: asyncio.Task[None] | None = None
+        self._ledger_closed = False
 
     @workflow.signal(name="grant")
     def grant(self, raw: Any = None) -> None:
@@ -325,22 +330,26 @@ class FrozenRequestWorkflow:
     async def _await_grant(
         self, ledger: workflow.ExternalWorkflowHandle[Any], progress: RequestReport
     ) -> bool:
-        """Wait for the ledger's grant of the next attempt after `progress`; every
-        `GRANT_WAIT` without one, report it again. False when that report cannot be
-        delivered (the ledger is closed)."""
+        """Wait for the ledger's grant of the next attempt after `progress` (while the
+        reminder reports it again every `GRANT_WAIT`). False when the ledger is closed."""
         launch, attempt = progress.launch or 1, progress.attempt
+        self._waiting = progress
+        if self._reminder is None:
+            self._reminder = asyncio.create_task(self._remind(ledger))
+        await workflow.wait_condition(
+            lambda: self._granted.get(launch, -1) >= attempt or self._ledger_closed
+        )
+        self._waiting = None
+        return not self._ledger_closed
+
+    async def _remind(self, ledger: workflow.ExternalWorkflowHandle[Any]) -> None:
+        """Every `GRANT_WAIT`, report again the attempt whose grant is awaited, if any."""
         while True:
-            try:
-                await workflow.wait_condition(
-                    lambda: self._granted.get(launch, -1) >= attempt,
-                    timeout=GRANT_WAIT,
-                    timeout_summary="no grant yet: report again",
-                )
-                return True
-            except TimeoutError:
-                if not await self._tell(ledger, "request_progress", progress):
-                    return False
-                _raise_if_cancel_requested()
+            await workflow.sleep(GRANT_WAIT, summary="report again while waiting for a grant")
+            waiting = self._waiting
+            if waiting is not None and not await self._tell(ledger, "request_progress", waiting):
+                self._ledger_closed = True
+                return
 
     async def _tell(
         self, ledger: workflow.ExternalWorkflowHandle[Any], name: str, report: RequestReport
