@@ -176,6 +176,10 @@ async def _run(
     if own_timers:
         start_input["own_retry_timers"] = True
     ledger_id = f"bench-slots-{uuid.uuid4().hex[:8]}"
+    with far.lock:  # the same operation IDs in each run: forget the previous run's
+        far.refused.clear()
+        far.applied.clear()
+        far.applied_at.clear()
     batches = [ops[i : i + 100] for i in range(0, len(ops), 100)]
     t0 = time.monotonic()
     handle = await ctx.client.start_workflow(
