@@ -1,5 +1,6 @@
 """A request waiting for its grant never waits forever (time-skipping server): every
-`GRANT_WAIT` it reports again, and once its ledger is gone it ends."""
+`GRANT_WAIT` it reports again, and once its ledger is gone it ends. Bad and stale grants make
+no attempt."""
 
 from __future__ import annotations
 
@@ -72,6 +73,10 @@ async def test_a_waiting_request_reports_again_then_ends_once_its_ledger_is_gone
             id=f"request:{suffix}:r1",
             task_queue=queue,
         )
+        # A bad grant is dropped and a stale one (for attempt 0) ignored: no attempt is made.
+        await request.signal("grant", {"launch": "one"})
+        await request.signal("grant", {"launch": 1, "attempt": 0})
+        await request.signal("grant", {"launch": 2, "attempt": 1})  # another launch's
         # No grant comes: after GRANT_WAIT the request reports the same attempt again.
         await time_skipping_env.sleep(GRANT_WAIT.total_seconds() + 60)
         assert await ledger.query(ReportCounter.count) == 2
