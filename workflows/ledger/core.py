@@ -320,14 +320,6 @@ def in_flight(state: LedgerState) -> tuple[int, Counter[str]]:
     return sum(by_type.values()), by_type
 
 
-def _request_sequence(state: LedgerState, request: RequestRecord) -> int:
-    """The sequence of a request's (first) operation: ties between retries go in it."""
-    sequences = [
-        state.operations[o].sequence for o in request.operation_ids if o in state.operations
-    ]
-    return min(sequences, default=0)
-
-
 def _waiting(state: LedgerState) -> list[RequestRecord]:
     """Requests in flight that wait for a grant, in the seed's retry order: due time, then
     sequence."""
