@@ -413,9 +413,9 @@ class RequestRuns:
             # Its workflow closed without reporting (terminated from outside): blocked until
             # resume, as when the run that started it sees it fail.
             reason = f"request_workflow_failed: grant not delivered: {failure_message(error)}"
-            if core.request_interrupted(self._state, request_id, reason, self._state.stopped):
-                self._kernel.wake()
-                self._send_progress()
+            interrupted(self._state, request_id, reason, self._state.stopped)
+            self._kernel.wake()
+            self._send_progress()
         finally:
             self.granting.pop(request_id, None)
 
