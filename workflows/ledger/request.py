@@ -137,9 +137,12 @@ def _answer(raw: Any) -> str:
 def apply_final_report(state: LedgerState, config: LedgerConfig, report: RequestReport) -> bool:
     """`core.finish`, counted in the metrics when it took effect: a request's end, reported by
     its `request_finished` signal or its child's result (whichever is first)."""
+    # Counted before `finish`: its compaction may drop a resolved request from the state
+    # (`retention.resolved_operations: 0`).
+    known = state.requests.get(report.request_id)
+    operations = len(known.operation_ids) if known is not None else 0
     if not core.finish(state, config, report):
         return False
-    operations = len(state.requests[report.request_id].operation_ids)
     if report.phase == "resolved":
         metrics.operations("resolved", operations)
     else:
