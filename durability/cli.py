@@ -366,6 +366,21 @@ def show_release(result: Any, args: argparse.Namespace) -> str:
     return f"released {result['released']}"
 
 
+async def ledger_settle(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return await client.settle(args.ledger_id)
+
+
+def show_settle(result: Any, args: argparse.Namespace) -> str:
+    counts = result.get("counts", {})
+    phases = ", ".join(f"{p} {n}" for p, n in counts.get("operations", {}).items())
+    held = "held" if result.get("held") else "not held: launches go on"
+    return (
+        f"settled: no attempt in progress ({held}); "
+        f"{result.get('waiting', 0)} requests waiting for their retry; "
+        f"operations: {phases or 'none'}"
+    )
+
+
 async def ledger_resume(client: DurabilityClient, args: argparse.Namespace) -> Any:
     return {"resumed": await client.resume(args.ledger_id)}
 
@@ -538,6 +553,8 @@ LEDGER_COMMANDS: tuple[tuple[str, Command, Show, str], ...] = (
      "resolve a stuck (pending or blocked) operation as skipped"),
     ("hold", ledger_hold, show_fields, "stop new launches; prints a token"),
     ("resume", ledger_resume, show_resume, "retry unresolved and blocked requests"),
+    ("settle", ledger_settle, show_settle,
+     "wait until no attempt is in progress (after hold: quiet)"),
     ("stop", ledger_stop, show_stop,
      "stop the ledger, asking about requests sent; prints the final result"),
     ("final", ledger_final, show_stop,

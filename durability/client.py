@@ -993,6 +993,15 @@ class DurabilityClient:
         _checked(workflow_id, "release", lambda: _check_release(payload))
         await self._signal(workflow_id, "release", payload)
 
+    async def settle(self, ledger_id: str) -> dict[str, Any]:
+        """Wait until no attempt is in progress (compile, submit, query); returns whether the
+        ledger is held, how many requests wait for their retry, and the snapshot's counts.
+        Take a `hold` first for a quiet that lasts (nothing is launched while held)."""
+        result: dict[str, Any] = await self._update(
+            ledger_workflow_id(ledger_id), "settle", {}, dict
+        )
+        return result
+
     async def resume(self, ledger_id: str) -> list[str]:
         """Retry unresolved and blocked requests; returns the IDs of the operations resumed."""
         result: dict[str, list[str]] = await self._update(

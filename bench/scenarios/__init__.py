@@ -13,6 +13,7 @@ from bench.scenarios import (
     floors,
     history,
     ledger,
+    ledger_retry_slots,
     scale,
     schedule,
 )
@@ -24,6 +25,7 @@ SCENARIOS: dict[str, Callable[[Ctx], Awaitable[None]]] = {
     "schedule": schedule.schedule,
     "capacity": capacity.capacity,
     "ledger": ledger.ledger,
+    "ledger-retry-slots": ledger_retry_slots.ledger_retry_slots,
     "cost": cost.cost_scenario,
     "scale": scale.scale,
     "history": history.history_day,

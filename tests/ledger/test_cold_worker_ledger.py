@@ -111,7 +111,16 @@ async def completion_blocked(case: Case) -> None:
     await eventually(lambda: case.acts.completions, timeout=30)
 
 
+async def grant_relaunch(case: Case) -> None:
+    """A request waits for its retry (its slot free); the ledger's timer fires when it is due
+    and its grant signal completes: the retry is re-launched by the grant."""
+    await enqueue(case.handle, op("A", "c0", retry_after_ms=300))
+    await wait_for_applied(case.handle, "TIMER_FIRED")
+    await wait_for_applied(case.handle, "EXTERNAL_WORKFLOW_EXECUTION_SIGNALED")
+
+
 COMPLETIONS: dict[str, Callable[[Case], Awaitable[None]]] = {
+    "grant_relaunch": grant_relaunch,
     "request_end": request_end,
     "compile_result": compile_result,
     "blocked_compile": blocked_compile,
@@ -189,6 +198,12 @@ async def skip_signal(case: Case) -> None:
     await until_phase(case.handle, "D", "resolved")
 
 
+async def settle(case: Case) -> None:
+    result = await case.handle.execute_update("settle", {})
+    assert set(result) == {"held", "waiting", "counts"}
+    assert result["held"] is (case.token is not None)
+
+
 async def stop(case: Case) -> None:
     final = await case.handle.execute_update("stop", {})
     assert final["stopped"] is True
@@ -206,6 +221,7 @@ MESSAGES: dict[str, Callable[[Case], Awaitable[None]]] = {
     "resume_signal": resume_signal,
     "skip_update": skip_update,
     "skip_signal": skip_signal,
+    "settle": settle,
     "stop": stop,
 }
 
@@ -243,7 +259,11 @@ async def test_message_after_completion_on_a_cold_worker(
             case = Case(handle=handle, acts=acts)
             # D has no participants: blocked until skipped (the skip messages need it).
             await enqueue(handle, op("D", None))
-            if message == "release":
+            if message == "release" and completion == "grant_relaunch":
+                # A hold taken before would stop the grant itself (L12): take it after.
+                await grant_relaunch(case)
+                case.token = await handle.execute_update("hold", {}, result_type=str)
+            elif message == "release":
                 await _hold_while(case, COMPLETIONS[completion])
             else:
                 await COMPLETIONS[completion](case)

@@ -94,7 +94,7 @@ async def ledger_only_worker(
         yield worker
 
 
-async def test_a_stopping_ledger_refuses_hold_resume_enqueue_and_a_second_stop(
+async def test_a_stopping_ledger_refuses_hold_resume_settle_enqueue_and_a_second_stop(
     client: Client, task_queue: str, unique: str
 ) -> None:
     """`stop` waits for every request in flight to be cancelled. Until then the ledger is
@@ -118,6 +118,7 @@ async def test_a_stopping_ledger_refuses_hold_resume_enqueue_and_a_second_stop(
             for name, payload in (
                 ("hold", {}),
                 ("resume", {}),
+                ("settle", {}),
                 ("stop", {}),
                 ("enqueue", {"operations": [intent("c", ["c2"])]}),
             ):
@@ -136,6 +137,7 @@ async def test_a_stopping_ledger_refuses_hold_resume_enqueue_and_a_second_stop(
     assert refused == {
         "hold": ("LedgerStopped", "ledger is stopped"),
         "resume": ("LedgerStopped", "ledger is stopped"),
+        "settle": ("LedgerStopped", "ledger is stopped"),
         "stop": ("LedgerStopped", "ledger is stopped"),
         # As README and docs/contract.md have it: an enqueue is refused as bad input.
         "enqueue": ("InvalidRequest", "ledger is stopped: enqueue refused"),

@@ -10,6 +10,8 @@ continue_as_new, continue_as_new_quiet, request_retry_after; local_compile) and
 `ledger_stop_final_query_0_1_1.json` and `ledger_stop_final_query_child_0_1_1.json` are recorded
 by `tests/ledger/test_ledger_stop.py`; `ledger_stop_in_flight_0_1_1_before_final_queries.json`
 by the build before the `stop-final-queries` patch (a stop that asked nothing).
+`ledger_grant_0_1_1.json` and `ledger_request_grant_0_1_1.json` were recorded by 0.1.1 with
+`tests/ledger/test_ledger_slots.py -k granted_retry` (a retry re-launched by the ledger's grant).
 """
 
 from __future__ import annotations

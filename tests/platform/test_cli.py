@@ -338,6 +338,14 @@ async def test_ledger_commands_enqueue_snapshot_claims_hold_release_resume_stop(
         held = await durability_cli(dev_server_address, "--json", "ledger", "hold", ledger_id)
         token = json.loads(held.stdout)["token"]
         assert ((await snapshot())["held"], (await snapshot())["holds"]) == (True, 1)
+        # settle: held and nothing in progress, it answers at once with the counts.
+        settled = await durability_cli(dev_server_address, "ledger", "settle", ledger_id)
+        assert settled.stdout.strip() == (
+            "settled: no attempt in progress (held); 0 requests waiting for their retry; "
+            "operations: resolved 2"
+        )
+        as_json = await durability_cli(dev_server_address, "--json", "ledger", "settle", ledger_id)
+        assert json.loads(as_json.stdout)["counts"]["operations"] == {"resolved": 2}
         await durability_cli(dev_server_address, "ledger", "release", ledger_id, token)
         assert ((await snapshot())["held"], (await snapshot())["holds"]) == (False, 0)
         twice = await durability_cli(

@@ -79,6 +79,7 @@ SCHEDULE_COMMANDS = [
 ]  # fmt: skip
 LEDGER_COMMANDS = [
     ("snapshot",), ("claims",), ("stop",), ("hold",), ("release", "token"), ("resume",),
+    ("settle",),
     ("skip", "op-1"),
 ]  # fmt: skip
 

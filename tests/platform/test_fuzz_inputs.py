@@ -817,6 +817,12 @@ async def test_ledger_messages_are_applied_or_refused_naming_the_field(
             assert applied == isinstance(payload, dict | None), context("resume", payload)
             await signal_after(handle, "resume", payload, not applied, dropped)
             await answers(handle, LEDGER_QUERIES, "resume", payload)
+        for payload in ignored[:8]:
+            # settle too: any object waits for quiet (returning its counts), anything else is
+            # refused; it changes nothing.
+            applied = await update(handle, "settle", payload, "settle", {"InvalidRequest"})
+            assert applied == isinstance(payload, dict | None), context("settle", payload)
+            await answers(handle, LEDGER_QUERIES, "settle", payload)
         for arg in snapshot_args:
             try:
                 await handle.query("snapshot", arg, rpc_timeout=QUERY_TIMEOUT)

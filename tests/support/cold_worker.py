@@ -125,6 +125,8 @@ class LedgerActivities:
     request ID as it begins and ends. `complete` (the ledger's `complete_activity` when a
     scenario sets it) accepts, except for a request's first call: with `complete_gated` that
     call waits for `gate`, and with `complete_refuse` it answers blocked (`receipt mismatch`).
+    `retry_after_ms` makes its first submit answer `unresolved` with that `retry_after_ms`
+    (the request then waits for the ledger's grant).
     """
 
     sent: list[dict[str, Any]] = field(default_factory=list)
@@ -149,7 +151,11 @@ class LedgerActivities:
 
     @activity.defn(name="submit")
     async def submit(self, request: dict[str, Any]) -> dict[str, Any]:
+        first = all(body["id"] != request["id"] for body in self.sent)
         self.sent.append(request)
+        retry_after = (request.get("payload") or {}).get("retry_after_ms")
+        if first and retry_after is not None:
+            return {"outcome": "unresolved", "error": "busy", "retry_after_ms": retry_after}
         delay = (request.get("payload") or {}).get("submit_ms", 0) / 1000
         deadline = time.monotonic() + delay
         while time.monotonic() < deadline:

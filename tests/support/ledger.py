@@ -51,7 +51,9 @@ class Received:
 @dataclass
 class LedgerServer:
     """Records every request and checks, as the far side sees it, that no canvas ever has two
-    requests open (first POST until answered applied/rejected) and no request ID two bodies."""
+    requests open (first POST until answered applied/rejected) and no request ID two bodies.
+    `max_open` counts requests open at once (a request waiting for its retry is open but holds
+    no slot, L4); `max_calls` counts calls being answered at once (attempts in progress)."""
 
     responder: Responder = applied
     received: list[Received] = field(default_factory=list)
@@ -63,6 +65,9 @@ class LedgerServer:
     resolved_at: dict[str, int] = field(default_factory=dict)
     max_open: int = 0
     max_open_by_kind: Counter[str] = field(default_factory=Counter)
+    calls: Counter[str] = field(default_factory=Counter)  # by kind, being answered now
+    max_calls: int = 0
+    max_calls_by_kind: Counter[str] = field(default_factory=Counter)
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
     base_url: str = ""
@@ -105,6 +110,20 @@ class LedgerServer:
                     del self.open_canvases[canvas]
             return answer
 
+    def call_begins(self, request_id: str, raw: bytes | None) -> str:
+        """A call arrives (before it is answered): count it in progress; returns its kind."""
+        with self.lock:
+            body = json.loads(raw) if raw else json.loads(self.bodies.get(request_id, "{}"))
+            kind = str(body.get("kind", "?"))
+            self.calls[kind] += 1
+            self.max_calls = max(self.max_calls, sum(self.calls.values()))
+            self.max_calls_by_kind[kind] = max(self.max_calls_by_kind[kind], self.calls[kind])
+            return kind
+
+    def call_ends(self, kind: str) -> None:
+        with self.lock:
+            self.calls[kind] -= 1
+
     def sent(self, request_id: str) -> list[Received]:
         with self.lock:
             return [r for r in self.received if r.request_id == request_id]
@@ -135,12 +154,20 @@ def _handler(server: LedgerServer) -> type[BaseHTTPRequestHandler]:
                 self._answer(server.handle(COMPLETE, request_id, key, raw))
                 return
             request_id = json.loads(raw).get("id", "")
-            self._answer(server.handle("POST", request_id, key, raw))
+            kind = server.call_begins(request_id, raw)
+            try:
+                self._answer(server.handle("POST", request_id, key, raw))
+            finally:
+                server.call_ends(kind)
 
         def do_GET(self) -> None:
             request_id = self.path.rsplit("/", 1)[-1]
             key = self.headers.get("Idempotency-Key")
-            self._answer(server.handle("GET", request_id, key, None))
+            kind = server.call_begins(request_id, None)
+            try:
+                self._answer(server.handle("GET", request_id, key, None))
+            finally:
+                server.call_ends(kind)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

@@ -14,9 +14,15 @@ Life of an operation:
                            or failed; request claims are kept.
   pending -> blocked       no participants and not participant-free (L5).
 
+Slots (L4): only attempts in progress count toward `concurrency` and the lanes: a compile,
+and a request's submit or query. A request waiting for its retry (backoff, `retry_after_ms`,
+after `accepted`) reports so (`awaiting_grant`), frees its slot and lane place, keeps its claims
+(L5), and waits for the ledger's grant: `plan_grants` hands slots to due retries first, by
+(retry time, sequence), then `plan_launches` and `plan_dispatches` (the seed's `pump()`). A
+request started before 0.1.1 (or with `own_retry_timers`) sleeps its own timer and counts for
+its whole loop.
+
 Choices the rules leave open:
-- A request counts as in flight (L4) while its compile runs and while its `FrozenRequest` loop
-  runs, retry waits included.
 - After a `blocked` status the next action is `query` (L13): a blocked submit was dispatched,
   so whether it took effect is unknown until asked, and a blocked query is asked again.
   Transport errors and unknown answers are `unresolved` (L7).
@@ -25,8 +31,8 @@ Choices the rules leave open:
   (compile error, participant mismatch, invalid compile result) to pending so they are
   compiled again under a new request ID (nothing was ever sent for them).
   `missing_participants` and `request_interpreter_unavailable` stay blocked: only `skip` ends them.
-- `hold` (L12) stops new launches (new compiles and resume restarts); requests already in
-  flight or compiling keep going with their original identity.
+- `hold` (L12) stops every launch: new compiles, resume restarts and grants of due retries;
+  attempts already in progress finish with their original identity.
 - `skip` (ours): a pending or blocked operation (not one in flight) is resolved with outcome
   `skipped`; its request, if any, is resolved too and its canvases released. Dependents treat
   a skipped dependency as resolved and proceed: skipping is the user's explicit decision that
@@ -303,14 +309,82 @@ def count_signal_conflicts(state: LedgerState, conflicts: list[str]) -> int:
 
 
 def in_flight(state: LedgerState) -> tuple[int, Counter[str]]:
-    """Requests compiling or running, in total and per operation type (L4)."""
+    """Attempts in progress (L4), in total and per operation type: compiles, and requests in
+    flight that are not waiting for a grant (see `plan_grants`)."""
     by_type: Counter[str] = Counter()
     for op_id in state.compiling:
         by_type[state.operations[op_id].intent.operation_type] += 1
     for request in state.requests.values():
-        if request.phase == "in_flight":
+        if request.phase == "in_flight" and not request.waiting:
             by_type[request.operation_type] += 1
     return sum(by_type.values()), by_type
+
+
+def _waiting(state: LedgerState) -> list[RequestRecord]:
+    """Requests in flight that wait for a grant, in the seed's retry order: due time, then
+    sequence."""
+    waiting = [r for r in state.requests.values() if r.phase == "in_flight" and r.waiting]
+    waiting.sort(key=lambda r: (r.retry_at or 0, _request_sequence(state, r)))
+    return waiting
+
+
+def plan_grants(state: LedgerState, config: LedgerConfig, now_ms: int) -> list[str]:
+    """Waiting requests whose retry is due, to re-launch now (same body, key and recorded next
+    action, L7), in (retry time, sequence) order, within concurrency and lanes counting only
+    attempts in progress (L4). A due retry its lane refuses waits, and the next may go (the
+    seed's `deferredRetries`). Nothing while held or stopped (L12)."""
+    if state.stopped or state.holds:
+        return []
+    total, by_type = in_flight(state)
+    chosen: list[str] = []
+    for request in _waiting(state):
+        if (request.retry_at or 0) > now_ms or total >= config.concurrency:
+            break
+        if not _fits(config, total, by_type, request.operation_type):
+            continue
+        chosen.append(request.id)
+        by_type[request.operation_type] += 1
+        total += 1
+    return chosen
+
+
+def mark_granted(state: LedgerState, request_id: str) -> RequestRecord:
+    """A waiting request takes a slot for its next attempt: in progress again (L4)."""
+    request = state.requests[request_id]
+    request.waiting = False
+    return request
+
+
+def next_grant_due(state: LedgerState, config: LedgerConfig, now_ms: int) -> int | None:
+    """When the ledger must wake to grant a retry (epoch ms): the earliest retry time still to
+    come among waiting requests that a slot and their lane would take now. None when there is
+    none (held, stopped, or no slot: an attempt that ends wakes the ledger anyway)."""
+    if state.stopped or state.holds:
+        return None
+    total, by_type = in_flight(state)
+    due = [
+        r.retry_at
+        for r in _waiting(state)
+        if r.retry_at is not None
+        and r.retry_at > now_ms
+        and _fits(config, total, by_type, r.operation_type)
+    ]
+    return min(due, default=None)
+
+
+def attempts_in_progress(state: LedgerState) -> int:
+    """How many attempts are in progress (`settle` waits for none)."""
+    return in_flight(state)[0]
+
+
+def settle_result(state: LedgerState) -> dict[str, Any]:
+    """What `settle` returns once no attempt is in progress: whether the ledger is held, how
+    many requests wait for their retry, and the snapshot's counts."""
+    return {
+        "held": bool(state.holds),
+        "waiting": sum(1 for r in state.requests.values() if r.phase == "in_flight" and r.waiting),
+        "counts": counts(state),
+    }
 
 
 def _fits(config: LedgerConfig, total: int, by_type: Counter[str], operation_type: str) -> bool:
@@ -540,6 +614,7 @@ def mark_launched(state: LedgerState, request_id: str) -> RequestRecord:
     request = state.requests[request_id]
     request.phase = RequestPhase.IN_FLIGHT
     request.blocker = None
+    request.waiting = False
     request.launch += 1
     for op_id in request.operation_ids:
         record = state.operations[op_id]
@@ -550,11 +625,15 @@ def mark_launched(state: LedgerState, request_id: str) -> RequestRecord:
 
 
 def request_input(
-    state: LedgerState, config: LedgerConfig, ledger_id: str, request_id: str
+    state: LedgerState,
+    config: LedgerConfig,
+    ledger_id: str,
+    request_id: str,
+    wait_for_grants: bool = False,
 ) -> FrozenRequestInput:
     """The start input of a request's `FrozenRequest` loop: the ledger it reports to, its
-    frozen body, where the loop resumes (recorded next action, attempt, retry time) and the
-    activities it calls."""
+    frozen body, where the loop resumes (recorded next action, attempt, retry time), the
+    activities it calls, and whether it waits for grants between attempts."""
     request = state.requests[request_id]
     return FrozenRequestInput(
         ledger_id=ledger_id,
@@ -568,16 +647,20 @@ def request_input(
         complete_activity=config.complete_activity,
         activity_task_queue=config.activity_task_queue,
         retry=config.retry,
+        wait_for_grants=wait_for_grants,
     )
 
 
 def waiting_to_retry(state: LedgerState, request_ids: Iterable[str], now_ms: int) -> bool:
-    """Each of these requests is in flight and sleeping until a retry: none is mid-attempt
-    and none has reported its end (its loop's completion still to come)."""
+    """Each of these requests is in flight and sleeping until a retry, or waiting for a grant
+    (it reports nothing before one): none is mid-attempt and none has reported its end (its
+    loop's completion still to come)."""
     for request_id in request_ids:
         request = state.requests.get(request_id)
         if request is None or request.phase != "in_flight":
             return False  # reported; its completion event is still to come
+        if request.waiting:
+            continue
         if request.retry_at is None or request.retry_at <= now_ms:
             return False  # mid-attempt
     return True
@@ -695,10 +778,15 @@ def completion_blocked(step: Step, reason: str) -> Step:
 
 
 def record_attempt(state: LedgerState, report: RequestReport) -> bool:
-    """A non-final attempt of an in-flight request: keep attempt/retry_at/next action."""
+    """A non-final attempt of an in-flight request: keep attempt/retry_at/next action, and
+    whether it now waits for a grant (its slot is free, L4). A report sent again by a request
+    that waited long for its grant (see `FrozenRequest`) after the grant left changes nothing."""
     request = state.requests.get(report.request_id)
     if request is None or request.phase != "in_flight" or _stale(request, report):
         return False
+    if report.awaiting_grant and not request.waiting and report.attempt <= request.attempt:
+        return False  # granted already: its attempt is in progress
+    request.waiting = report.awaiting_grant
     request.attempt = report.attempt
     request.retry_at = report.retry_at
     request.retry_action = report.next_action
@@ -724,6 +812,7 @@ def record_finished(state: LedgerState, report: RequestReport) -> bool:
     request.retry_action = report.next_action
     request.last_status = bounded_status(report.status)
     request.retry_at = None
+    request.waiting = False
     status = normalize_status(report.status)
     if report.phase == "resolved":
         request.phase = RequestPhase.RESOLVED
@@ -753,6 +842,7 @@ def request_interrupted(state: LedgerState, request_id: str, reason: str, stoppe
     request = state.requests.get(request_id)
     if request is None or request.phase != "in_flight":
         return False
+    request.waiting = False
     if stopped:
         request.phase = RequestPhase.FROZEN
         return True
@@ -791,13 +881,13 @@ def resume(state: LedgerState, config: LedgerConfig) -> list[str]:
 
 
 def check_running(state: LedgerState) -> None:
-    """`hold`, `resume` and `stop` are refused by a stopped ledger."""
+    """`hold`, `resume`, `settle` and `stop` are refused by a stopped ledger."""
     if state.stopped:
         raise LedgerStopped("ledger is stopped")
 
 
 def validate_empty(state: LedgerState, message: str, raw: Any) -> EmptyInput:
-    """`resume` / `stop`: `{}` (or nothing) on a running ledger."""
+    """`resume` / `settle` / `stop`: `{}` (or nothing) on a running ledger."""
     check_running(state)
     try:
         return EmptyInput.model_validate({} if raw is None else raw)
@@ -1155,9 +1245,9 @@ def next_run_input(state: LedgerState, config: LedgerConfig, ledger_id: str) -> 
     """The input of the run that continues this one: its settings, ID and whole state,
     compacted first.
 
-    `local_compile` while off and `complete_activity` while null are left out (the next run
-    re-applies their defaults), so a run continued by an upgraded worker still starts on a
-    worker that does not know them yet (a rolling upgrade).
+    `local_compile` and `own_retry_timers` while off and `complete_activity` while null are
+    left out (the next run re-applies their defaults), so a run continued by an upgraded worker
+    still starts on a worker that does not know them yet (a rolling upgrade).
     """
     compact(state, config)
     left_out = {"ledger_id"}
@@ -1165,6 +1255,8 @@ def next_run_input(state: LedgerState, config: LedgerConfig, ledger_id: str) -> 
         left_out.add("local_compile")
     if config.complete_activity is None:
         left_out.add("complete_activity")
+    if not config.own_retry_timers:
+        left_out.add("own_retry_timers")
     return LedgerInput(
         **config.model_dump(exclude=left_out), ledger_id=ledger_id, carried_state=state
     )
@@ -1274,6 +1366,7 @@ def snapshot(state: LedgerState, query: SnapshotQuery | None = None) -> dict[str
                 "attempt": q.attempt,
                 "retry_at": q.retry_at,
                 "retry_action": q.retry_action,
+                "waiting": q.waiting,
                 "canvas_ids": list(q.canvas_ids),
                 "blocker": q.blocker,
                 "last_status": q.last_status,

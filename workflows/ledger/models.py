@@ -136,6 +136,10 @@ class LedgerConfig(BaseModel):
     # themselves (`compile` written in Python and hosted with the ledger): keep it off when
     # compile runs on another task queue or in another SDK.
     local_compile: bool = False
+    # Not part of the wire contract (the bench sets it): each request sleeps its own retry
+    # timer and keeps its slot while it waits, as in 0.1.0, instead of waiting for the
+    # ledger's grant (L4). Left out of the continued run's input while off (a rolling upgrade).
+    own_retry_timers: bool = False
     retention: RetentionConfig = Field(default_factory=lambda: RetentionConfig())
 
     @model_serializer(mode="wrap")
@@ -272,6 +276,9 @@ class RequestRecord(BaseModel):
     blocker: str | None = None
     # How many times its loop was started; reports from an earlier loop are ignored.
     launch: int = 1
+    # Waiting for the ledger's grant to make its next attempt (its last report said so): not
+    # in progress, so it holds no slot and no lane place (L4), only its claims (L5).
+    waiting: bool = False
 
 
 class LedgerState(BaseModel):
@@ -328,6 +335,10 @@ class FrozenRequestInput(BaseModel):
     # `stop`'s final query: one query with the frozen body, no retry, then report and end
     # (behind the `stop-final-query` patch in the child).
     final_query: bool = False
+    # After a non-final attempt, report it and wait for the ledger's `grant` (the ledger owns
+    # the retry clock and the slot, L4) instead of sleeping its own timer. False: the 0.1.0
+    # loop (a request started before the upgrade, or by a ledger that keeps own timers).
+    wait_for_grants: bool = False
 
     @model_validator(mode="after")
     def _request_has_an_id(self) -> FrozenRequestInput:
@@ -346,3 +357,15 @@ class RequestReport(BaseModel):
     next_action: Annotated[RequestAction, Lenient]
     retry_at: int | None = None
     launch: int | None = None
+    # The request now waits for the ledger's `grant` before its next attempt (L4).
+    awaiting_grant: bool = False
+
+
+class GrantInput(BaseModel):
+    """The ledger's `grant` signal to a waiting `FrozenRequest`: make the next attempt of this
+    launch, after this many attempts (an older grant is stale)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    launch: int
+    attempt: int

@@ -1,9 +1,15 @@
 """Temporal shell of one frozen request: the `FrozenRequest` child of `OperationLedger`.
 
-It owns its request's submit/query loop on durable timers (L7, L8); `core.next_step` decides
-every step. It reports to `ledger:<ledger_id>` by signal (`request_progress` for non-final
-attempts, `request_finished` for the end; no run ID, so a report reaches the current run after
+It owns its request's submit/query loop (L7, L8); `core.next_step` decides every step. It
+reports to `ledger:<ledger_id>` by signal (`request_progress` for non-final attempts,
+`request_finished` for the end; no run ID, so a report reaches the current run after
 continue-as-new), and its final report is also its result.
+
+Between attempts (L4): started with `wait_for_grants` (and once its `frozen-request-grants`
+patch marker is recorded), it reports that it waits and holds no slot until the ledger's
+`grant` signal names its launch and attempt; the ledger owns the retry clock. Otherwise (a
+request started before 0.1.1, or by a ledger with `own_retry_timers`) it sleeps its own
+durable timer and keeps its slot.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.ledger.models import (
         FrozenRequestInput,
+        GrantInput,
         LedgerConfig,
         LedgerState,
         RequestAction,
@@ -60,6 +67,19 @@ CHILD_START_TRIES = 60
 # Recorded (as a patch marker) by a `FrozenRequest` started in `final_query` mode that asks
 # once and ends; a run recorded without it (an older worker ignored the field) loops as before.
 STOP_FINAL_QUERY_PATCH = "stop-final-query"
+# Recorded (as a patch marker) by a ledger run the first time it starts a request that waits
+# for grants between attempts; runs recorded without it start requests on their own timers.
+LEDGER_GRANTS_PATCH = "ledger-grants-retry-slots"
+# Recorded by a `FrozenRequest` run the first time it waits for a grant (never on the happy
+# path); a run recorded without it (an older worker ran it) sleeps its own timer.
+REQUEST_GRANTS_PATCH = "frozen-request-grants"
+# While a request waits for its grant it reports again this often (its ledger may have been
+# held a long time, or be gone): one timer per request run, started at its first wait, not
+# one per retry. If that report cannot be delivered (the ledger is closed), the request ends
+# as it does when a report fails.
+GRANT_WAIT = timedelta(hours=1)
+# Grants remembered per request run, by launch (a bound against stray signals).
+MAX_GRANT_LAUNCHES = 8
 
 
 def failure_message(error: BaseException) -> str:
@@ -117,9 +137,12 @@ def _answer(raw: Any) -> str:
 def apply_final_report(state: LedgerState, config: LedgerConfig, report: RequestReport) -> bool:
     """`core.finish`, counted in the metrics when it took effect: a request's end, reported by
     its `request_finished` signal or its child's result (whichever is first)."""
+    # Counted before `finish`: its compaction may drop a resolved request from the state
+    # (`retention.resolved_operations: 0`).
+    known = state.requests.get(report.request_id)
+    operations = len(known.operation_ids) if known is not None else 0
     if not core.finish(state, config, report):
         return False
-    operations = len(state.requests[report.request_id].operation_ids)
     if report.phase == "resolved":
         metrics.operations("resolved", operations)
     else:
@@ -149,6 +172,27 @@ class FrozenRequestWorkflow:
     Every report goes to the ledger by signal; the final report is also the result.
     """
 
+    def __init__(self) -> None:
+        # launch -> the highest attempt count the ledger granted a next attempt after.
+        self._granted: dict[int, int] = {}
+        # The report of the attempt whose grant is awaited (None: not waiting).
+        self._waiting: RequestReport | None = None
+        self._reminder: asyncio.Task[None] | None = None
+        self._ledger_closed = False
+
+    @workflow.signal(name="grant")
+    def grant(self, raw: Any = None) -> None:
+        """The ledger's slot for the next attempt (`GrantInput`); a bad one is logged, dropped."""
+        try:
+            grant = GrantInput.model_validate(raw)
+        except ValidationError as error:
+            message = format_validation_error("grant input", error)
+            workflow.logger.warning("dropped grant signal: %s", message)
+            return
+        if grant.launch not in self._granted and len(self._granted) >= MAX_GRANT_LAUNCHES:
+            del self._granted[min(self._granted)]
+        self._granted[grant.launch] = max(self._granted.get(grant.launch, -1), grant.attempt)
+
     @workflow.run
     async def run(self, input: Any) -> dict[str, Any]:
         """The loop; returns (and signals to the ledger) the final report."""
@@ -168,6 +212,7 @@ class FrozenRequestWorkflow:
             await workflow.sleep(timedelta(milliseconds=input.not_before - now_ms()))
         action = input.next_action
         attempt = input.attempt
+        grants: bool | None = None  # asked (patched) at the first wait only
         for _ in range(REQUEST_ATTEMPTS_PER_RUN):
             raw = await self._send(input, action, request_id)
             attempt += 1
@@ -185,6 +230,8 @@ class FrozenRequestWorkflow:
                 )
                 await self._tell(ledger, "request_finished", report)
                 return report.model_dump(mode="json")
+            if grants is None:
+                grants = input.wait_for_grants and workflow.patched(REQUEST_GRANTS_PATCH)
             progress = RequestReport(
                 request_id=request_id,
                 phase="in_flight",
@@ -193,12 +240,16 @@ class FrozenRequestWorkflow:
                 next_action=step.next_action,
                 retry_at=step.retry_at,
                 launch=input.launch,
+                awaiting_grant=grants,
             )
             if not await self._tell(ledger, "request_progress", progress):
                 # The ledger completed (stop) and recorded this request as frozen: send no more.
                 return progress.model_dump(mode="json")
             _raise_if_cancel_requested()
-            await workflow.sleep(timedelta(milliseconds=step.delay_ms))
+            if not grants:
+                await workflow.sleep(timedelta(milliseconds=step.delay_ms))
+            elif not await self._await_grant(ledger, progress):
+                return progress.model_dump(mode="json")  # the ledger is closed (as above)
             action = step.next_action
         workflow.continue_as_new(
             input.model_copy(
@@ -279,6 +330,30 @@ class FrozenRequestWorkflow:
         metrics.count(metrics.COMPLETION_REFUSALS, kind="refused")
         return core.completion_blocked(step, reason)
 
+    async def _await_grant(
+        self, ledger: workflow.ExternalWorkflowHandle[Any], progress: RequestReport
+    ) -> bool:
+        """Wait for the ledger's grant of the next attempt after `progress` (while the
+        reminder reports it again every `GRANT_WAIT`). False when the ledger is closed."""
+        launch, attempt = progress.launch or 1, progress.attempt
+        self._waiting = progress
+        if self._reminder is None:
+            self._reminder = asyncio.create_task(self._remind(ledger))
+        await workflow.wait_condition(
+            lambda: self._granted.get(launch, -1) >= attempt or self._ledger_closed
+        )
+        self._waiting = None
+        return not self._ledger_closed
+
+    async def _remind(self, ledger: workflow.ExternalWorkflowHandle[Any]) -> None:
+        """Every `GRANT_WAIT`, report again the attempt whose grant is awaited, if any."""
+        while True:
+            await workflow.sleep(GRANT_WAIT, summary="report again while waiting for a grant")
+            waiting = self._waiting
+            if waiting is not None and not await self._tell(ledger, "request_progress", waiting):
+                self._ledger_closed = True
+                return
+
     async def _tell(
         self, ledger: workflow.ExternalWorkflowHandle[Any], name: str, report: RequestReport
     ) -> bool:
@@ -314,11 +389,38 @@ class RequestRuns:
         self.tasks: dict[str, asyncio.Task[None]] = {}
         # Requests whose child is being started: continuing as new now would lose the start.
         self.starting: set[str] = set()
+        # Requests whose grant signal is being sent: continuing as new now would lose it.
+        self.granting: dict[str, asyncio.Task[None]] = {}
 
     def launch(self, request_id: str) -> None:
         """Start the request's life; a relaunch (resume) waits for the earlier one to end."""
         previous = self.tasks.get(request_id)
         self.tasks[request_id] = asyncio.create_task(self._run(request_id, previous))
+
+    def grant(self, request_id: str) -> None:
+        """Give a waiting request its slot (L4) and send it its `grant` (a request started by
+        an earlier run of the ledger too: the signal goes by workflow ID)."""
+        request = core.mark_granted(self._state, request_id)
+        send = self._grant(request_id, request.launch, request.attempt)
+        self.granting[request_id] = asyncio.create_task(send)
+
+    async def _grant(self, request_id: str, launch: int, attempt: int) -> None:
+        child = workflow.get_external_workflow_handle(
+            request_workflow_id(self._ledger_id, request_id)
+        )
+        try:
+            await child.signal("grant", {"launch": launch, "attempt": attempt})
+        except FailureError as error:
+            if is_cancelled_exception(error):
+                raise
+            # Its workflow closed without reporting (terminated from outside): blocked until
+            # resume, as when the run that started it sees it fail.
+            reason = f"request_workflow_failed: grant not delivered: {failure_message(error)}"
+            interrupted(self._state, request_id, reason, self._state.stopped)
+            self._kernel.wake()
+            self._send_progress()
+        finally:
+            self.granting.pop(request_id, None)
 
     async def _run(self, request_id: str, previous: asyncio.Task[None] | None) -> None:
         me = asyncio.current_task()
@@ -339,7 +441,9 @@ class RequestRuns:
     async def _lifetime(self, request_id: str, me: asyncio.Task[Any] | None) -> None:
         """Start the request's child and wait for its end (reported by signal, or a failure)."""
         state = self._state
-        child_input = core.request_input(state, self._config, self._ledger_id, request_id)
+        # The patch is asked only where a request starts (never by a ledger on own timers).
+        grants = not self._config.own_retry_timers and workflow.patched(LEDGER_GRANTS_PATCH)
+        child_input = core.request_input(state, self._config, self._ledger_id, request_id, grants)
         self.starting.add(request_id)
         operations = ", ".join(state.requests[request_id].operation_ids)
         try:

@@ -7,6 +7,9 @@ plans into compiles (`compile.py`) and `FrozenRequest` children (`request.py`).
   state before the child, which alone sends anything, starts (L6).
 - Each child reports by signal (`request_progress`, `request_finished`); the run that started
   it also awaits its completion, to notice a child that ended without reporting.
+- Between attempts a child waits for a `grant` (L4: a waiting request holds no slot); the
+  ledger owns the retry clock: one timer, for the earliest retry a slot could take
+  (`core.next_grant_due`), replaced only by an earlier one.
 - A task that applies a state-changing completion always sends a command (`workflows.kernel`).
 - Signals and updates share names (`enqueue`, `release`, `resume`, `skip`); a bad signal is
   logged, counted (`dropped_signals` in the snapshot) and dropped, never raised.
@@ -93,6 +96,8 @@ class OperationLedgerWorkflow:
         )
         self._kernel.wake()
         self._final: dict[str, Any] | None = None
+        # The timer that wakes the ledger when a waiting request's retry is due: (due, task).
+        self._retry_wake: tuple[int, asyncio.Task[None]] | None = None
 
     # ------------------------------------------------------------ main loop
 
@@ -140,6 +145,7 @@ class OperationLedgerWorkflow:
             and self._history_due()
             and not self._compiles
             and not self._requests.starting
+            and not self._requests.granting
         )
 
     def _quiet(self) -> bool:
@@ -159,9 +165,12 @@ class OperationLedgerWorkflow:
         return self._final is None and self._ready_to_continue()
 
     def _pump(self) -> None:
-        """Launch what the core plans: resumed requests first, then ready operations."""
+        """Launch what the core plans: due retries first (grants), then resumed requests, then
+        ready operations; then set the timer for the next retry a slot could take."""
         if self._state.stopped or self._history_due():
             return
+        for request_id in core.plan_grants(self._state, self._config, now_ms()):
+            self._requests.grant(request_id)
         for request_id in core.plan_launches(self._state, self._config):
             relaunched = core.mark_launched(self._state, request_id)
             metrics.operations("dispatched", len(relaunched.operation_ids))
@@ -176,6 +185,24 @@ class OperationLedgerWorkflow:
             core.begin_dispatch(self._state, op_id, request_id)
             metrics.operations("dispatched")
             self._compiles[op_id] = asyncio.create_task(self._compile(op_id, request_id))
+        self._wake_for_retry()
+
+    def _wake_for_retry(self) -> None:
+        """One timer for the earliest retry a slot could take now, replaced only by an earlier
+        one: a slot that frees wakes the ledger anyway (a report)."""
+        due = core.next_grant_due(self._state, self._config, now_ms())
+        if due is None or (self._retry_wake is not None and self._retry_wake[0] <= due):
+            return
+        if self._retry_wake is not None:
+            self._retry_wake[1].cancel()
+        self._retry_wake = (due, asyncio.create_task(self._wake_at(due)))
+
+    async def _wake_at(self, due: int) -> None:
+        delay = timedelta(milliseconds=max(1, due - now_ms()))
+        await workflow.sleep(delay, summary="a retry is due")
+        if self._retry_wake is not None and self._retry_wake[1] is asyncio.current_task():
+            self._retry_wake = None
+        self._kernel.wake()
 
     async def _compile(self, op_id: str, request_id: str) -> None:
         try:
@@ -272,6 +299,22 @@ class OperationLedgerWorkflow:
         released = core.release(self._state, token)
         self._kernel.wake()
         return released
+
+    # ------------------------------------------------------------ settle (L12)
+
+    @workflow.update(name="settle")
+    async def settle(self, raw: Any = None) -> dict[str, Any]:
+        """Return once no attempt is in progress (compile, submit, query), with the counts."""
+        self._kernel.update(core.validate_empty, self._state, "settle", raw)
+        await workflow.wait_condition(
+            lambda: self._state.stopped or core.attempts_in_progress(self._state) == 0
+        )
+        return core.settle_result(self._state)
+
+    @settle.validator
+    def validate_settle(self, raw: Any = None) -> None:
+        """`{}` on a running ledger."""
+        self._kernel.validate(core.validate_empty, self._state, "settle", raw)
 
     # ------------------------------------------------------------ resume (L13) / skip
 
@@ -384,8 +427,9 @@ class OperationLedgerWorkflow:
     def request_progress(self, raw: Any = None) -> None:
         """A non-final attempt of a frozen request (attempt, retry_at, next action)."""
         report = self._kernel.signal("request_progress", core.parse_report, raw)
-        if report is not None:
-            core.record_attempt(self._state, report)
+        recorded = report is not None and core.record_attempt(self._state, report)
+        if recorded and report is not None and report.awaiting_grant:
+            self._kernel.wake()  # its slot is free (L4), its retry is to be granted
 
     @workflow.signal(name="request_finished")
     def request_finished(self, raw: Any = None) -> None:
