@@ -536,6 +536,16 @@ async def _check(
         "bad_idempotency_keys": [],
     }
     children = await _child_results(temporal, prefix)
+    # Runs whose schedule delivers the outcome (`outcome_pending`) are dead-lettered, if at
+    # all, in their schedule's `dead_letters`.
+    dead_letters: set[str] = set()
+    for object_id in object_ids:
+
+        def letters_of(of: str = object_id) -> Awaitable[list[dict[str, Any]]]:
+            return durability.dead_letters(of)
+
+        letters = await retrying(letters_of, f"dead letters of {object_id}")
+        dead_letters.update(str(letter["idempotency_key"]) for letter in letters)
     with recorder.lock:
         runs = {key: list(posts) for key, posts in recorder.runs.items()}
         outcomes = {key: list(posts) for key, posts in recorder.outcomes.items()}
@@ -570,7 +580,10 @@ async def _check(
             report.completed += 1
         if error_name == INTERRUPTED:
             report.interrupted += 1
-        if not result.get("delivered"):
+        undelivered = (
+            key in dead_letters if result.get("outcome_pending") else not result.get("delivered")
+        )
+        if undelivered:
             report.dead_lettered += 1
             # With this error rate and these attempts a dead letter means a lost outcome.
             violations["outcomes_dead_lettered"].append(f"{key}: {result}")
