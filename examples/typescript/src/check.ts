@@ -16,6 +16,8 @@ import {
   SnapshotCounts,
   SnapshotOperation,
   SnapshotRequest,
+  StopResolved,
+  StopUnknown,
 } from './wire';
 
 export interface Report {
@@ -141,7 +143,28 @@ const snapshotRequest = object<SnapshotRequest>({
   canvas_ids: arrayOf(str),
   blocker: nullable(str),
   last_status: nullable(lastStatus),
+  waiting: bool,
 });
+
+const stopResolved = object<StopResolved>({
+  request_id: str,
+  operation_ids: arrayOf(str),
+  outcome: str,
+});
+
+const stopUnknown = object<StopUnknown>(
+  {
+    request_id: str,
+    operation_ids: arrayOf(str),
+    request: nullable(recordOf(json)),
+    next_action: oneOf('submit', 'query'),
+    attempt: int,
+    last_status: nullable(lastStatus),
+    at_stop: oneOf('accepted', 'unresolved', 'blocked', 'no_answer', 'not_asked'),
+    request_left_out: bool,
+  },
+  ['request_left_out'],
+);
 
 const snapshotCounts = object<SnapshotCounts>({
   operations: recordOf(int),
@@ -162,7 +185,9 @@ export const snapshot = object<Snapshot>({
   next_after: nullable(int),
   requests: arrayOf(snapshotRequest),
   claims: recordOf(str),
-});
+  resolved_at_stop: arrayOf(stopResolved),
+  unknown: arrayOf(stopUnknown),
+}, ['resolved_at_stop', 'unknown']);
 
 /** Check `value` as `what`; errors throw, unknown fields are collected in `unknown`. */
 export function expectShape<T>(check: Check, value: unknown, what: string, unknown: Set<string>): T {

@@ -230,6 +230,8 @@ export interface SnapshotRequest {
   canvas_ids: string[];
   blocker: string | null;
   last_status: LastStatus | null;
+  /** In flight and waiting for its retry: it holds no slot (L4). */
+  waiting: boolean;
 }
 
 /** Counts per phase list only the phases that have some. */
@@ -260,6 +262,29 @@ export interface Snapshot {
   requests: SnapshotRequest[];
   /** `{canvas_id: request_id}`. */
   claims: { [canvasId: string]: string };
+  /** `stop`'s result only: what its final queries resolved. */
+  resolved_at_stop?: StopResolved[];
+  /** `stop`'s result only: every request whose outcome may be unknown (3.10). */
+  unknown?: StopUnknown[];
+}
+
+export interface StopResolved {
+  request_id: string;
+  operation_ids: string[];
+  outcome: string;
+}
+
+/** What a stopped ledger could not learn: ask the far side by the body's idempotency key. */
+export interface StopUnknown {
+  request_id: string;
+  operation_ids: string[];
+  /** The frozen body; `null` with `request_left_out` once the list is large. */
+  request: { [key: string]: Json } | null;
+  next_action: RequestAction;
+  attempt: number;
+  last_status: LastStatus | null;
+  at_stop: 'accepted' | 'unresolved' | 'blocked' | 'no_answer' | 'not_asked';
+  request_left_out?: boolean;
 }
 
 /** 3.8 Rejection `type`s of the ledger's updates and query. */
