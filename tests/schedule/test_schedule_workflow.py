@@ -286,11 +286,14 @@ async def test_continue_as_new_keeps_in_flight_runs_and_duplicates_nothing(
     client: Client, task_queue: str, unique: str
 ) -> None:
     recorder = ScheduleFake()
+    # 20 events: the first execution's opening tasks (start, set, the memo and search
+    # attributes it publishes) stay under it, so it starts runs before its drain begins; three
+    # slots, so several 6 s runs are going when it does.
     async with live_schedule(
-        client, task_queue, unique, recorder, continue_as_new_after_events=10
+        client, task_queue, unique, recorder, continue_as_new_after_events=20, max_concurrent_runs=3
     ) as handle:
         first_run_id = (await handle.describe()).run_id
-        # Runs outlasting the drain before continue-as-new (at most 10 more events here):
+        # Runs outlasting the drain before continue-as-new (at most 20 more events here):
         # still running at it.
         await set_schedule(handle, expression="@every 1s", version=1, params={"sleep_ms": 6000})
 
