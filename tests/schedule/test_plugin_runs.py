@@ -31,8 +31,6 @@ from tests.support.recorder import Recorder
 from workflows.schedule.models import PLUGIN_RUN_STOP_ALLOWANCE_MS
 from workflows.schedule.run import RUN_PATHS_PATCH
 
-pytestmark = pytest.mark.cacheless
-
 YEARLY = "@yearly"  # a live schedule that does not tick during a test: runs come by trigger
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 TIMED_OUT = EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT
@@ -70,6 +68,8 @@ async def plugin_worker(
 
 
 @pytest.mark.timeout(150)
+# Not `cacheless`: its worker is a `python -m worker` process, which the suite's cache setting
+# does not reach; the cacheless pass would run it unchanged.
 async def test_a_plugin_hosted_run_whose_worker_is_killed_is_interrupted_by_default_and_not_rerun(
     client: Client, dev_server_address: str, tmp_path: Path
 ) -> None:
@@ -162,6 +162,7 @@ async def start_plugin_schedule(
     return durability.temporal.get_workflow_handle(f"schedule:{object_id}")
 
 
+@pytest.mark.cacheless
 async def test_a_plugin_hosted_run_past_its_deadline_keeps_its_slot_until_it_really_stops(
     client: Client, dev_server_address: str, task_queue: str, unique: str
 ) -> None:
@@ -218,6 +219,7 @@ def _busy_sync_run(duration_s: float, done: list[float]) -> Any:
     return run
 
 
+@pytest.mark.cacheless
 async def test_a_handler_that_returns_normally_after_its_deadline_ends_as_timeout(
     client: Client, dev_server_address: str, task_queue: str, unique: str
 ) -> None:
@@ -267,6 +269,7 @@ class HeartbeatingRun:
         pass
 
 
+@pytest.mark.cacheless
 async def test_an_external_run_still_times_out_at_run_timeout_ms_with_the_timer(
     client: Client, dev_server_address: str, task_queue: str, unique: str
 ) -> None:
@@ -341,6 +344,7 @@ async def last_heartbeat_seen(client: Client, workflow_id: str, after_s: float) 
     return pending.HasField("last_heartbeat_time")
 
 
+@pytest.mark.cacheless
 @pytest.mark.parametrize(("heartbeat_ms", "recorded"), [(None, False), (2000, True)])
 async def test_a_plugin_hosted_run_shorter_than_the_heartbeat_interval_records_no_heartbeat(
     client: Client,
