@@ -178,18 +178,8 @@ async def _ledger_variant(ctx: Ctx, label: str, extra: dict[str, Any]) -> None:
     }
     ledger_id = f"bench-{uuid.uuid4().hex[:8]}"
     before_http = _AppliedHandler.requests_seen
-    batches = [ops[i : i + 100] for i in range(0, len(ops), 100)]
     t0 = time.monotonic()
-    handle = await ctx.client.start_workflow(
-        "OperationLedger",
-        start_input,
-        id=f"ledger:{ledger_id}",
-        task_queue=ctx.task_queue,
-        start_signal="enqueue",
-        start_signal_args=[{"operations": batches[0]}],
-    )
-    for batch in batches[1:]:
-        await handle.execute_update("enqueue", {"operations": batch})
+    handle = await start_ledger(ctx, ledger_id, start_input, ops)
     enqueued = time.monotonic() - t0
     polls = 0
     phases: dict[str, int] = {}
@@ -289,3 +279,22 @@ async def _ledger_variant(ctx: Ctx, label: str, extra: dict[str, Any]) -> None:
     except RPCError as error:
         r.note(f"ledger cost not measured: {error}")
     await _terminate([handle])
+
+
+async def start_ledger(
+    ctx: Ctx, ledger_id: str, start_input: dict[str, Any], ops: list[dict[str, Any]]
+) -> Any:
+    """Start `ledger:<ledger_id>` by signal-with-start of the first 100 operations, then
+    enqueue the rest 100 at a time; returns its handle."""
+    batches = [ops[i : i + 100] for i in range(0, len(ops), 100)]
+    handle = await ctx.client.start_workflow(
+        "OperationLedger",
+        start_input,
+        id=f"ledger:{ledger_id}",
+        task_queue=ctx.task_queue,
+        start_signal="enqueue",
+        start_signal_args=[{"operations": batches[0]}],
+    )
+    for batch in batches[1:]:
+        await handle.execute_update("enqueue", {"operations": batch})
+    return handle

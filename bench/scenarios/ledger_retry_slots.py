@@ -22,7 +22,7 @@ from activities.ledger import ledger_activities
 from bench import cost
 from bench.load import _terminate
 from bench.scenarios.common import Ctx, top
-from bench.scenarios.ledger import _phases, critical_path, ledger_operations
+from bench.scenarios.ledger import _phases, critical_path, ledger_operations, start_ledger
 
 RETRY_AFTER_S = 2
 CONCURRENCY = 2
@@ -180,18 +180,8 @@ async def _run(
         far.refused.clear()
         far.applied.clear()
         far.applied_at.clear()
-    batches = [ops[i : i + 100] for i in range(0, len(ops), 100)]
     t0 = time.monotonic()
-    handle = await ctx.client.start_workflow(
-        "OperationLedger",
-        start_input,
-        id=f"ledger:{ledger_id}",
-        task_queue=ctx.task_queue,
-        start_signal="enqueue",
-        start_signal_args=[{"operations": batches[0]}],
-    )
-    for batch in batches[1:]:
-        await handle.execute_update("enqueue", {"operations": batch})
+    handle = await start_ledger(ctx, ledger_id, start_input, ops)
     phases: dict[str, int] = {}
     deadline = t0 + 600
     while time.monotonic() < deadline:
