@@ -17,11 +17,15 @@ For N objects, each a schedule ticking once per `--cadence` (hourly by default):
   thread), rounded up;
 - the server's history events per second = ticks/s x (schedule events per tick + run child
   events per run);
-- Temporal Cloud actions per day = runs per day x (`--actions-per-run` + one continue-as-new
-  action every `continue_as_new_after_events / events per tick` ticks). Actions per run is an
-  input, from the cost scenario (`python -m bench --scenario cost`; 6.2 in
-  bench/results/floors-schedule-cost-ledger-quick-2026-12-01-0.1.1.md, the goal after
-  issue 26 is 5.0).
+- Temporal Cloud actions per day = runs per day x (`--actions-per-run` + the
+  CONTINUE_AS_NEW_ACTIONS of a continue-as-new every `continue_as_new_after_events / events
+  per tick` ticks). Actions per run is an input, from the cost scenario (`python -m bench
+  --scenario cost`: 5.1 in bench/results/cost-latency-2026-12-02-0.1.1.md, 5.0 in steady
+  state).
+
+A second table shows the continue-as-new threshold's trade-off (`--thresholds`): a lower
+threshold shortens what a cold tick replays (half the threshold on average) and adds
+continue-as-new actions to every run.
 
 Every per-tick figure comes from the machine that ran the bench; the totals scale linearly in
 N (and in 1 / cadence), which holds while the Temporal service keeps up: the server side is
@@ -38,7 +42,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_OBJECTS = (10_000, 1_000_000, 10_000_000)
-DEFAULT_ACTIONS_PER_RUN = 6.2
+DEFAULT_ACTIONS_PER_RUN = 5.1
+DEFAULT_THRESHOLDS = (200, 500, 1000, 2000)
+# A continue-as-new is billed as a workflow start, and the new run's first task upserts the
+# schedule's search attributes (workflows.schedule.publish): two actions.
+CONTINUE_AS_NEW_ACTIONS = 2
 REQUIRED = (
     "warm_cpu_ms_per_tick",
     "cold_cpu_ms_per_tick",
@@ -144,8 +152,54 @@ def size(inputs: dict[str, float], objects: int, assume: Assumptions) -> Row:
         uncached_workers=uncached_workers,
         uncached_memory_gib=uncached_mib / 1024,
         events_per_s=ticks * (per_tick_events + inputs["child_events_per_run"]),
-        actions_per_day=runs_per_day * (assume.actions_per_run + 1 / ticks_per_chain_run),
+        actions_per_day=runs_per_day
+        * (assume.actions_per_run + CONTINUE_AS_NEW_ACTIONS / ticks_per_chain_run),
     )
+
+
+@dataclass(frozen=True)
+class ThresholdRow:
+    threshold: int
+    replayed_events: float
+    cold_ms_per_tick: float
+    cold_over_warm: float
+    ticks_per_workflow_run: float
+    continue_as_new_actions_per_run: float
+
+
+def threshold_rows(inputs: dict[str, float], thresholds: list[int]) -> list[ThresholdRow]:
+    """For each continue-as-new threshold: what a cold tick costs (it replays half the
+    threshold on average) and what continuing as new adds to every run in actions."""
+    rows = []
+    for threshold in thresholds:
+        cold = cold_ms_per_tick(inputs, threshold / 2)
+        ticks = threshold / inputs["parent_events_per_tick"]
+        rows.append(
+            ThresholdRow(
+                threshold=threshold,
+                replayed_events=threshold / 2,
+                cold_ms_per_tick=cold,
+                cold_over_warm=cold / inputs["warm_cpu_ms_per_tick"],
+                ticks_per_workflow_run=ticks,
+                continue_as_new_actions_per_run=CONTINUE_AS_NEW_ACTIONS / ticks,
+            )
+        )
+    return rows
+
+
+def threshold_table(inputs: dict[str, float], thresholds: list[int]) -> str:
+    lines = [
+        "| continue-as-new after (events) | a cold tick replays (mean) | cold tick CPU ms | "
+        "cold / warm | ticks per workflow run | continue-as-new actions per run |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in threshold_rows(inputs, thresholds):
+        lines.append(
+            f"| {r.threshold:,} | {r.replayed_events:,.0f} | {r.cold_ms_per_tick:.0f} | "
+            f"{r.cold_over_warm:.1f}x | {r.ticks_per_workflow_run:.1f} | "
+            f"{r.continue_as_new_actions_per_run:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _count(value: float) -> str:
@@ -210,6 +264,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="events a cold tick replays (default: continue-as-new threshold / 2)",
     )
     parser.add_argument("--cores-per-worker", type=float, default=1.0)
+    parser.add_argument(
+        "--thresholds",
+        default=",".join(str(n) for n in DEFAULT_THRESHOLDS),
+        help="continue-as-new thresholds (events) for the trade-off table",
+    )
     return parser.parse_args(argv)
 
 
@@ -224,11 +283,21 @@ def main(argv: list[str] | None = None) -> int:
             cores_per_worker=args.cores_per_worker,
         )
         objects = [int(part.replace("_", "")) for part in args.objects.split(",") if part]
+        thresholds = [int(part) for part in args.thresholds.split(",") if part]
+        if any(t < 10 for t in thresholds):
+            raise ValueError(f"--thresholds must be >= 10 events each, got {args.thresholds!r}")
     except (OSError, ValueError) as error:
         print(f"bench.sizing: {error}", file=sys.stderr)
         return 2
     print(f"From {args.results}:\n")
     print(table(inputs, objects, assume), end="")
+    print(
+        "\nThe continue-as-new threshold's trade-off (a warm tick "
+        f"{inputs['warm_cpu_ms_per_tick']:.1f} CPU ms, "
+        f"{inputs['parent_events_per_tick']:.1f} schedule events per tick, "
+        f"{CONTINUE_AS_NEW_ACTIONS} actions per continue-as-new):\n"
+    )
+    print(threshold_table(inputs, thresholds), end="")
     return 0
 
 

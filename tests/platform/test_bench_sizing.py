@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.sizing import Assumptions, cadence_seconds, main, parse_inputs, size
+from bench.sizing import (
+    Assumptions,
+    cadence_seconds,
+    main,
+    parse_inputs,
+    size,
+    threshold_rows,
+)
 
 FIXTURE = """# durability bench: coldtick
 
@@ -54,8 +61,19 @@ def test_a_million_hourly_objects() -> None:
     assert row.uncached_workers == 120
     assert row.uncached_memory_gib == pytest.approx(120 * 100 / 1024)
     assert row.events_per_s == pytest.approx(ticks * 25)
-    # 24 runs a day each; one continue-as-new action every 2,000 / 15 ticks
-    assert row.actions_per_day == pytest.approx(24_000_000 * (5 + 15 / 2000))
+    # 24 runs a day each; a continue-as-new (2 actions) every 2,000 / 15 ticks
+    assert row.actions_per_day == pytest.approx(24_000_000 * (5 + 2 * 15 / 2000))
+
+
+def test_the_threshold_trade_off() -> None:
+    rows = threshold_rows(parse_inputs(FIXTURE), [200, 2000])
+    # a cold tick replays half the threshold: 30 ms + 200 ms x (100 / 500) events
+    assert rows[0].cold_ms_per_tick == pytest.approx(30 + 200 * 100 / 500)
+    assert rows[0].cold_over_warm == pytest.approx(70 / 30)
+    assert rows[1].cold_ms_per_tick == pytest.approx(30 + 200 * 1000 / 500)
+    # two actions every 200 / 15 ticks
+    assert rows[0].continue_as_new_actions_per_run == pytest.approx(2 * 15 / 200)
+    assert rows[1].ticks_per_workflow_run == pytest.approx(2000 / 15)
 
 
 def test_linear_in_objects_and_cadence() -> None:
