@@ -83,3 +83,62 @@ def read_start_input(
         given = {k: v for k, v in raw.items() if k != carried_field}
         coerced = strict_problem(what, settings_model, given)
     return start, None, coerced
+
+
+# --- changing a live workflow's settings (`configure`) ---
+
+# The settings a `configure` leaves, as JSON: the bound a start input has in the client
+# (`durability.client.MAX_START_INPUT_BYTES`), here kept by the workflow itself, so a raw
+# caller cannot grow what every continue-as-new carries.
+MAX_SETTINGS_BYTES = 64 * 1024
+
+
+def configured(
+    what: str,
+    current: StartInput,
+    raw: object,
+    fixed: Mapping[str, str],
+    max_bytes: int = MAX_SETTINGS_BYTES,
+) -> StartInput:
+    """`current` with the start fields `raw` (a partial start input: a non-empty JSON object)
+    replaced, read strictly as a new run reads its start input (the same bounds and
+    messages); InvalidRequest naming the field and the value otherwise. `fixed` names the
+    fields that cannot change, each with why. A field is replaced whole: an object field takes
+    the object given, its missing fields their defaults, as in a start input."""
+    model = type(current)
+    if not isinstance(raw, dict) or not raw:
+        raise InvalidRequest(
+            f"{what} payload must be a non-empty JSON object of start fields, got {raw!r:.200}"
+        )
+    frozen = sorted(str(name) for name in raw if name in fixed)
+    if frozen:
+        name = frozen[0]
+        raise InvalidRequest(f"{what}.{name[:200]} cannot change: {fixed[name]}")
+    unknown = sorted(str(name) for name in raw if name not in model.model_fields)
+    if unknown:
+        raise InvalidRequest(f"{what} has unknown field(s) {', '.join(unknown)[:200]}")
+    merged = {**current.model_dump(mode="json"), **raw}
+    try:
+        text = json.dumps(merged, separators=(",", ":"))
+    except (TypeError, ValueError) as error:  # not JSON values (a caller in this process)
+        raise InvalidRequest(f"{what} payload must be JSON values: {error}") from None
+    if len(text) > max_bytes:
+        raise InvalidRequest(
+            f"{what} would leave settings of {len(text)} bytes as JSON, more than {max_bytes}"
+        )
+    try:
+        # In JSON mode, as a start input arrives: strict, but an enum still takes its value.
+        model.model_validate_json(text, strict=True)
+        return model.model_validate(merged)
+    except ValidationError as error:
+        raise InvalidRequest(format_validation_error(what, error)) from None
+
+
+def settings_view(settings: BaseModel, internal: frozenset[str]) -> dict[str, Any]:
+    """The `settings` query (and `configure`'s result): every start field as JSON but the
+    `internal` ones, whether set or left at its default."""
+    every = type(settings).model_construct(
+        _fields_set=set(type(settings).model_fields), **dict(settings)
+    )
+    view: dict[str, Any] = every.model_dump(mode="json")
+    return {name: value for name, value in view.items() if name not in internal}

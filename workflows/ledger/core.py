@@ -77,7 +77,12 @@ from workflows.ledger.models import (
 )
 from workflows.limits import MAX_JSON_DEPTH, id_problem, json_depth
 from workflows.validation import InvalidRequest as InvalidRequest
-from workflows.validation import format_validation_error, read_start_input
+from workflows.validation import (
+    configured,
+    format_validation_error,
+    read_start_input,
+    settings_view,
+)
 
 MISSING_PARTICIPANTS = "missing_participants"
 PARTICIPANT_MISMATCH = "participant_mismatch"
@@ -1239,6 +1244,36 @@ def read_start(read: Callable[[], Any], workflow_id: str) -> Start:
         ledger_id = ledger_id[:100]
     state = start.carried_state or LedgerState(ledger_id=ledger_id)
     return Start(config, ledger_id, state, error, coerced)
+
+
+# Start fields `configure` cannot change, each with why (docs/contract.md 3.3).
+FIXED_SETTINGS = {
+    "ledger_id": "it names the ledger and its requests' workflow IDs",
+    "carried_state": "it is internal: the state a run carries across continue-as-new",
+    "continue_as_new_after_events": "it is not part of the wire contract (set at start only)",
+    "local_compile": "it is not part of the wire contract (set at start only)",
+    "own_retry_timers": "it is not part of the wire contract (set at start only)",
+}
+# Start fields the `settings` query leaves out: not part of the wire contract.
+INTERNAL_SETTINGS = frozenset({"continue_as_new_after_events", "local_compile", "own_retry_timers"})
+
+
+def parse_configure(raw: Any, current: LedgerConfig) -> LedgerConfig:
+    """Validate a `configure` payload (a partial start input) against the `current`
+    settings: the settings it leaves, or InvalidRequest naming the field and the value."""
+    return configured("configure", current, raw, FIXED_SETTINGS)
+
+
+def validate_configure(state: LedgerState, raw: Any, current: LedgerConfig) -> LedgerConfig:
+    """`parse_configure` on a running ledger (a stopped one takes no `configure`)."""
+    check_running(state)
+    return parse_configure(raw, current)
+
+
+def settings_of(config: LedgerConfig, ledger_id: str) -> dict[str, Any]:
+    """The `settings` query: the start input's public fields, as in effect (`ledger_id` the
+    ledger's, also when it came from the workflow ID)."""
+    return {**settings_view(config, INTERNAL_SETTINGS), "ledger_id": ledger_id}
 
 
 def next_run_input(state: LedgerState, config: LedgerConfig, ledger_id: str) -> LedgerInput:

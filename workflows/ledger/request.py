@@ -392,6 +392,11 @@ class RequestRuns:
         # Requests whose grant signal is being sent: continuing as new now would lose it.
         self.granting: dict[str, asyncio.Task[None]] = {}
 
+    def use_config(self, config: LedgerConfig) -> None:
+        """Requests started from now on get `config`'s activities and retry (`configure`);
+        those started before keep what their input says."""
+        self._config = config
+
     def launch(self, request_id: str) -> None:
         """Start the request's life; a relaunch (resume) waits for the earlier one to end."""
         previous = self.tasks.get(request_id)

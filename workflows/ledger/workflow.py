@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.ledger.models import (
         EnqueueInput,
         EnqueueResult,
+        LedgerConfig,
         SkipInput,
         StopInput,
     )
@@ -363,6 +364,42 @@ class OperationLedgerWorkflow:
         metrics.operations("skipped")
         self._kernel.wake()
 
+    # ------------------------------------------------------------ configure
+
+    def _configure(self, config: LedgerConfig) -> dict[str, Any]:
+        """Decide under `config` from now on: grants, launches and compiles after this take
+        it (`concurrency`, `lanes`, ...), requests started before keep what their input
+        says; the next run of the workflow (continue-as-new) starts with it. It wakes the
+        main loop (a higher `concurrency` launches waiting work at once). Its validation
+        reads only the settings, which only `configure` changes, and whether the ledger is
+        stopped, which only `stop` does: the validator's answer is the same whatever
+        completion a cold worker applies in the same activation."""
+        self._config = config
+        self._requests.use_config(config)
+        self._kernel.wake()
+        return core.settings_of(config, self._ledger_id)
+
+    @workflow.update(name="configure")
+    async def configure(self, raw: Any = None) -> dict[str, Any]:
+        """Change start settings in place; returns the settings now in effect."""
+        return self._configure(
+            self._kernel.update(core.validate_configure, self._state, raw, self._config)
+        )
+
+    @configure.validator
+    def validate_configure(self, raw: Any = None) -> None:
+        """Reject an empty, unknown, fixed or out-of-bounds setting before anything is recorded."""
+        self._kernel.validate(core.validate_configure, self._state, raw, self._config)
+
+    @workflow.signal(name="configure")
+    def configure_signal(self, raw: Any = None) -> None:
+        """`configure` as a signal; a bad payload is dropped (counted and logged)."""
+        config = self._kernel.signal(
+            "configure", core.validate_configure, self._state, raw, self._config
+        )
+        if config is not None:
+            self._configure(config)
+
     # ------------------------------------------------------------ stop
 
     @workflow.update(name="stop")
@@ -448,6 +485,11 @@ class OperationLedgerWorkflow:
         with rejected_as(core.InvalidRequest, former_types=core.FORMER_REFUSAL_TYPES):
             query = core.parse_snapshot_query(raw)
         return core.snapshot(self._state, query)
+
+    @workflow.query(name="settings")
+    def settings(self) -> dict[str, Any]:
+        """The start settings in effect (as changed by `configure`)."""
+        return core.settings_of(self._config, self._ledger_id)
 
     @workflow.query(name="claims")
     def claims(self) -> dict[str, str]:

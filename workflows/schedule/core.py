@@ -33,7 +33,7 @@ from workflows.schedule.models import (
     SkipReason,
 )
 from workflows.validation import InvalidRequest as InvalidRequest
-from workflows.validation import read_start_input
+from workflows.validation import configured, read_start_input, settings_view
 
 Pick = Callable[[int], int]
 
@@ -162,6 +162,27 @@ def parse_start(decode: Callable[[], object], workflow_id: str) -> Start:
         {**start.model_dump(exclude={"carried"}), "object_id": object_id}
     )
     return Start(settings, start.carried, problem, coerced)
+
+
+# Start fields `configure` cannot change, each with why (docs/contract.md 2.2).
+FIXED_SETTINGS = {
+    "object_id": "it names the schedule, its runs and their idempotency keys",
+    "carried": "it is internal: the state a run carries across continue-as-new",
+    "continue_as_new_after_events": "it is not part of the wire contract (set at start only)",
+}
+# Start fields the `settings` query leaves out: not part of the wire contract.
+INTERNAL_SETTINGS = frozenset({"continue_as_new_after_events"})
+
+
+def parse_configure(raw: object, current: ScheduleInput) -> ScheduleInput:
+    """Validate a `configure` payload (a partial start input) against the `current`
+    settings: the settings it leaves, or InvalidRequest naming the field and the value."""
+    return configured("configure", current, raw, FIXED_SETTINGS)
+
+
+def settings_of(settings: ScheduleInput) -> dict[str, Any]:
+    """The `settings` query: the start input's public fields, as in effect."""
+    return settings_view(settings, INTERNAL_SETTINGS)
 
 
 @dataclass(frozen=True)
@@ -294,6 +315,14 @@ class ScheduleCore:
     ) -> None:
         self.state = state
         self.next_occurrence = next_occurrence
+        self.use_settings(settings)
+
+    def use_settings(self, settings: ScheduleInput) -> None:
+        """Decide under `settings` from now on (at the start, and on `configure`). Runs and
+        the queue are untouched: a lower `max_concurrent_runs` stops nothing (no run starts
+        until the running are below it), a lower `max_queued_runs` keeps the queued runs (new
+        ticks are skipped while the queue is at it); past a lower `max_dead_letters` the
+        oldest letters are dropped and counted."""
         self.max_concurrent_runs = settings.max_concurrent_runs
         overlap = settings.overlap
         max_queued_runs, max_dead_letters = settings.max_queued_runs, settings.max_dead_letters
@@ -302,6 +331,14 @@ class ScheduleCore:
         self.full_reason = SkipReason.QUEUE_FULL if limit is None else SkipReason.OVERLAP
         self.overlap = overlap
         self.max_dead_letters = max_dead_letters
+        self._keep_dead_letters_within_bound()
+
+    def _keep_dead_letters_within_bound(self) -> None:
+        """Drop (and count) the oldest dead letters beyond `max_dead_letters`."""
+        excess = len(self.state.dead_letters) - self.max_dead_letters
+        if excess > 0:
+            del self.state.dead_letters[:excess]
+            self.state.dead_letters_dropped += excess
 
     # --- bounds (the queue and the carried state) ---
 
@@ -598,10 +635,7 @@ class ScheduleCore:
                 error=error,
             )
         )
-        excess = len(self.state.dead_letters) - self.max_dead_letters
-        if excess > 0:
-            del self.state.dead_letters[:excess]
-            self.state.dead_letters_dropped += excess
+        self._keep_dead_letters_within_bound()
 
     def redeliverable(self, idempotency_key: str) -> DeadLetter:
         """The dead letter to deliver again; InvalidRequest naming the key when there is

@@ -36,24 +36,32 @@ class Lifecycle:
         self._settings = settings
         self.tasks: set[asyncio.Task[None]] = set()
 
+    def use_settings(self, settings: ScheduleInput) -> None:
+        """Events emitted from now on go to `settings`' lifecycle activity (`configure`);
+        calls already made keep theirs."""
+        self._settings = settings
+
     def emit(self, event: dict[str, Any]) -> None:
         """Record `event` as a span and in the product metrics and, if configured, hand it to
         the lifecycle activity."""
         _record_span(event)
         metrics.record_lifecycle(event)
         workflow.logger.debug("lifecycle event %s", event)
-        if self._settings.lifecycle_activity is None:
+        settings = self._settings
+        if settings.lifecycle_activity is None:
             return
-        task = asyncio.create_task(self._call(self._settings.lifecycle_activity, event))
+        task = asyncio.create_task(self._call(settings, settings.lifecycle_activity, event))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _call(self, activity_name: str, event: dict[str, Any]) -> None:
+    async def _call(
+        self, settings: ScheduleInput, activity_name: str, event: dict[str, Any]
+    ) -> None:
         try:
             await workflow.execute_activity(
                 activity_name,
                 event,
-                task_queue=self._settings.activity_task_queue,
+                task_queue=settings.activity_task_queue,
                 start_to_close_timeout=LIFECYCLE_TIMEOUT,
                 retry_policy=LIFECYCLE_RETRY,
                 summary=f"lifecycle {event['type']}",

@@ -66,6 +66,11 @@ class Deliveries:
         # Set before continue-as-new: cancel what goes, start nothing more.
         self._stopping = False
 
+    def use_settings(self, settings: ScheduleInput) -> None:
+        """Deliveries started from now on use `settings` (`configure`); those going keep
+        the settings they started with."""
+        self._settings = settings
+
     def stopped(self, scheduled_time: int, outcome: Outcome) -> None:
         """A run's child ended as its run stopped: free its slot, deliver its outcome. The
         delivery's ScheduleActivityTask is this task's command; with none, the barrier."""
@@ -109,14 +114,15 @@ class Deliveries:
     async def _deliver(self, run: Run) -> None:
         scheduled_time = run.scheduled_time
         run_object = ScheduledRunObject.of(self._object_id, scheduled_time, run.due_at, run.params)
-        retries = self._settings.outcome_retries
+        settings = self._settings  # a `configure` meanwhile is for the deliveries after this
+        retries = settings.outcome_retries
         left = run.delivery_attempts_left
 
         def emit(event_type: str, **fields: Any) -> None:
             self._emit(scheduled_time, event_type, **fields)
 
         result = await deliver_until(
-            self._settings, run_object, run.outcome(), emit, lambda: self._stopping, left
+            settings, run_object, run.outcome(), emit, lambda: self._stopping, left
         )
         if isinstance(result, Interrupted):
             allowed = retries.max_attempts if left is None else left
@@ -124,7 +130,7 @@ class Deliveries:
                 0
                 if result.elapsed_ms is None
                 else attempts_begun(
-                    retries, self._settings.outcome_timeout_ms, result.elapsed_ms, allowed
+                    retries, settings.outcome_timeout_ms, result.elapsed_ms, allowed
                 )
             )
             self._core.delivery_interrupted(scheduled_time, begun, retries.max_attempts)
@@ -152,6 +158,10 @@ class Redeliveries:
         self._core = core
         self._kernel = kernel
         self._redelivered = redelivered
+
+    def use_settings(self, settings: ScheduleInput) -> None:
+        """Redeliveries started from now on use `settings` (`configure`)."""
+        self._settings = settings
 
     def start(self, letter: DeadLetter) -> None:
         """Deliver again a letter the core marked as being redelivered."""

@@ -487,11 +487,16 @@ class RunReports:
         # Runs told to report by signal (`hand_over`): each is told once.
         self._handed_over: set[int] = set()
 
+    def use_settings(self, settings: ScheduleInput) -> None:
+        """Runs started from now on get `settings` in their input (`configure`); runs
+        started before keep theirs."""
+        self._settings = settings
+
     def start(self, run: Run, settle_by_signal: bool) -> None:
         """Start the run's child (a task of the kernel's group `STARTS`)."""
-        self._kernel.spawn(STARTS, self._start(run, settle_by_signal))
+        self._kernel.spawn(STARTS, self._start(run, settle_by_signal, self._settings))
 
-    async def _start(self, run: Run, settle_by_signal: bool) -> None:
+    async def _start(self, run: Run, settle_by_signal: bool, settings: ScheduleInput) -> None:
         run_object = ScheduledRunObject.of(
             self._object_id, run.scheduled_time, run.due_at, run.params
         )
@@ -499,7 +504,7 @@ class RunReports:
             ScheduledRunInput(
                 run=run_object,
                 schedule_workflow_id=workflow.info().workflow_id,
-                settings=self._settings,
+                settings=settings,
                 settle_by_signal=settle_by_signal,
                 deliver_by_schedule=workflow.patched(SCHEDULE_DELIVERS_PATCH),
             )

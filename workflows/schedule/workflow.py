@@ -30,9 +30,11 @@ with workflow.unsafe.imports_passed_through():
         Skipped,
         parse_backfill,
         parse_cancel,
+        parse_configure,
         parse_redeliver,
         parse_set,
         parse_start,
+        settings_of,
     )
     from workflows.schedule.day_rule import DayRule
     from workflows.schedule.drain import Drain
@@ -250,6 +252,38 @@ class DurabilityScheduleWorkflow:
         """Reject a malformed `cancel` before anything is recorded."""
         self._kernel.validate(parse_cancel, raw)
 
+    # --- configure: the start settings changed in place (docs/contract.md 2.2) ---
+
+    def _apply_configure(self, raw: Any) -> dict[str, Any]:
+        """Decide under the settings `raw` leaves from now on: runs, deliveries, redeliveries
+        and lifecycle calls started after this take them, those going keep theirs; the next
+        run of the workflow (continue-as-new) starts with them. It wakes the main loop (a
+        higher `max_concurrent_runs` starts queued runs at once). Its validation reads only
+        the settings, which only `configure` changes, so the validator's answer is the same
+        whatever completion a cold worker applies in the same activation."""
+        settings = parse_configure(raw, self._settings)
+        self._settings = settings
+        self._core.use_settings(settings)
+        for part in (self._lifecycle, self._deliveries, self._redeliveries, self._runs):
+            part.use_settings(settings)
+        self._kernel.wake()
+        return settings_of(settings)
+
+    @workflow.signal(name="configure")
+    def configure_signal(self, raw: Any = None) -> None:
+        """`configure` as a signal: a bad payload is logged, counted and dropped."""
+        self._kernel.signal("configure", self._apply_configure, raw)
+
+    @workflow.update(name="configure")
+    def configure_update(self, raw: Any = None) -> dict[str, Any]:
+        """`configure` as an update: returns the settings now in effect."""
+        return self._kernel.update(self._apply_configure, raw)
+
+    @configure_update.validator
+    def validate_configure(self, raw: Any = None) -> None:
+        """Reject an empty, unknown, fixed or out-of-bounds setting before anything is recorded."""
+        self._kernel.validate(parse_configure, raw, self._settings)
+
     @workflow.signal(name=RUN_SETTLED_SIGNAL)
     def run_settled(self, settled: RunSettled) -> None:
         """A run stopped: free its slot and start the next queued run."""
@@ -360,6 +394,11 @@ class DurabilityScheduleWorkflow:
     def dead_letters(self) -> list[dict[str, Any]]:
         """Outcomes whose delivery was given up, oldest first."""
         return [letter.wire() for letter in self._core.state.dead_letters]
+
+    @workflow.query(name="settings")
+    def settings(self) -> dict[str, Any]:
+        """The start settings in effect (as changed by `configure`)."""
+        return settings_of(self._settings)
 
     @workflow.query(name="dropped_signals")
     def dropped_signals(self) -> int:
