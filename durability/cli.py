@@ -487,6 +487,34 @@ def show_snapshot(result: Any, args: argparse.Namespace) -> str:
     return "\n\n".join(parts)
 
 
+async def schedule_configure(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    if args.signal:
+        await client.signal_configure_schedule(args.object_id, args.set)
+        return {"signalled": True}
+    return await client.configure_schedule(args.object_id, args.set)
+
+
+async def schedule_settings(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return await client.schedule_settings(args.object_id)
+
+
+async def ledger_configure(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    if args.signal:
+        await client.signal_configure_ledger(args.ledger_id, args.set)
+        return {"signalled": True}
+    return await client.configure_ledger(args.ledger_id, args.set)
+
+
+async def ledger_settings(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return await client.ledger_settings(args.ledger_id)
+
+
+def show_settings(result: Any, args: argparse.Namespace) -> str:
+    if result == {"signalled": True}:
+        return "signalled: checked on the current settings; applied when the workflow takes it"
+    return show_fields(result, args)
+
+
 def show_claims(result: Any, args: argparse.Namespace) -> str:
     if not result:
         return "no canvas is claimed"
@@ -544,6 +572,9 @@ SCHEDULE_COMMANDS: tuple[tuple[str, Command, Show, str], ...] = (
     ("backfill", schedule_backfill, show_backfill, "record runs for a past range [start, end)"),
     ("close", schedule_close, show_close,
      "end the schedule for good, once its running runs have reported"),
+    ("configure", schedule_configure, show_settings,
+     "change start settings in place; prints the settings in effect"),
+    ("settings", schedule_settings, show_settings, "the start settings in effect"),
 )  # fmt: skip
 LEDGER_COMMANDS: tuple[tuple[str, Command, Show, str], ...] = (
     ("enqueue", ledger_enqueue, show_enqueue,
@@ -561,6 +592,9 @@ LEDGER_COMMANDS: tuple[tuple[str, Command, Show, str], ...] = (
      "a stopped ledger's final result: what stop resolved, what stays unknown"),
     ("snapshot", ledger_snapshot, show_snapshot, "operations and requests, a page"),
     ("claims", ledger_claims, show_claims, "which request holds each canvas"),
+    ("configure", ledger_configure, show_settings,
+     "change start settings in place; prints the settings in effect"),
+    ("settings", ledger_settings, show_settings, "the start settings in effect"),
 )  # fmt: skip
 
 
@@ -574,6 +608,15 @@ def _add_commands(
         cmd.add_argument(key)
         cmd.set_defaults(run=run, show=show)
     return parsers
+
+
+def _add_configure(cmd: argparse.ArgumentParser, what: str, example: str) -> None:
+    cmd.add_argument(
+        "--set",
+        required=True,
+        help=f"JSON object of start fields to change, e.g. '{example}' (the others are kept)",
+    )
+    cmd.add_argument("--signal", action="store_true", help=f"signal the {what} instead")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -615,6 +658,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--signal", action="store_true")
     cmd = commands["close"]
     cmd.add_argument("--wait", action="store_true", help="return once the schedule has closed")
+    _add_configure(commands["configure"], "schedule", '{"max_concurrent_runs": 3}')
     cmd = commands["redeliver"]
     cmd.add_argument("idempotency_key", help="the dead letter's key: <object_id>:<time>")
     cmd = commands["backfill"]
@@ -636,6 +680,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--signal", action="store_true", help="signal-with-start instead")
     cmd.add_argument("--new", action="store_true", help=NEW_HELP.format(what="ledger"))
     commands["release"].add_argument("token")
+    _add_configure(commands["configure"], "ledger", '{"concurrency": 4}')
     cmd = commands["stop"]
     cmd.add_argument(
         "--query-limit", type=int, help="ask at most this many requests (0..100, default 100)"
@@ -759,7 +804,7 @@ def run_codec_server(args: argparse.Namespace) -> int:
 
 def parse_inputs(args: argparse.Namespace) -> None:
     """Check JSON options and files before anything is sent."""
-    for option in ("params", "options"):
+    for option in ("params", "options", "set"):
         if hasattr(args, option):
             setattr(args, option, json_arg(f"--{option}", getattr(args, option)))
     operation_id = getattr(args, "operation_id", None)

@@ -417,6 +417,19 @@ def _check_skip(raw: Any) -> object:
         raise InvalidRequest(format_validation_error("skip input", error)) from None
 
 
+def _check_configure(kind: str, changes: Any, current: Mapping[str, Any]) -> object:
+    """`configure` of `changes` as the workflow checks it, on its `current` settings."""
+    if kind == "schedule":
+        from workflows.schedule import core as schedule_core
+        from workflows.schedule.models import ScheduleInput
+
+        return schedule_core.parse_configure(changes, ScheduleInput.model_validate(current))
+    from workflows.ledger import core as ledger_core
+    from workflows.ledger.models import LedgerConfig
+
+    return ledger_core.parse_configure(changes, LedgerConfig.model_validate(current))
+
+
 @dataclass(frozen=True)
 class _WithStart:
     """A message to a schedule or ledger that starts the workflow if none runs: its update
@@ -880,6 +893,41 @@ class DurabilityClient:
         )
         return times
 
+    async def _configure(
+        self, kind: str, workflow_id: str, changes: Mapping[str, Any], *, signal: bool
+    ) -> dict[str, Any] | None:
+        """`configure` checked on the workflow's own settings (its `settings` query: an ID
+        with no workflow raises NotFoundError, and nothing is created), then sent."""
+        current: dict[str, Any] = await self._query(workflow_id, "settings")
+        _checked(workflow_id, "configure", lambda: _check_configure(kind, changes, current))
+        payload = dict(changes)
+        if signal:
+            await self._signal(workflow_id, "configure", payload)
+            return None
+        result: dict[str, Any] = await self._update(workflow_id, "configure", payload, dict)
+        return result
+
+    async def configure_schedule(
+        self, object_id: str, changes: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Change start settings of a running schedule in place (docs/contract.md 2.2), e.g.
+        `{"max_concurrent_runs": 3}`; returns the settings now in effect. Runs started
+        before keep theirs. Checked first as the schedule checks it (RejectedError)."""
+        workflow_id = schedule_workflow_id(object_id)
+        result = await self._configure("schedule", workflow_id, changes, signal=False)
+        assert result is not None
+        return result
+
+    async def signal_configure_schedule(self, object_id: str, changes: Mapping[str, Any]) -> None:
+        """`configure` by signal (as bulk operations send it), checked first on the
+        schedule's current settings: a signal it refuses would be dropped unseen."""
+        await self._configure("schedule", schedule_workflow_id(object_id), changes, signal=True)
+
+    async def schedule_settings(self, object_id: str) -> dict[str, Any]:
+        """The schedule's start settings in effect (the `settings` query)."""
+        result: dict[str, Any] = await self._query(schedule_workflow_id(object_id), "settings")
+        return result
+
     async def get_schedule(self, object_id: str) -> ScheduleView | None:
         """The live schedule with whether it is `paused`, or None (none set, or cancelled)."""
         workflow_id = schedule_workflow_id(object_id)
@@ -1089,6 +1137,24 @@ class DurabilityClient:
         _checked(workflow_id, "snapshot", lambda: _check_snapshot(page))
         args = (page,) if page else ()
         result: dict[str, Any] = await self._query(workflow_id, "snapshot", *args)
+        return result
+
+    async def configure_ledger(self, ledger_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Change start settings of a running ledger in place (docs/contract.md 3.3), e.g.
+        `{"concurrency": 4}`; returns the settings now in effect. Requests started before
+        keep theirs. Checked first as the ledger checks it (RejectedError)."""
+        workflow_id = ledger_workflow_id(ledger_id)
+        result = await self._configure("ledger", workflow_id, changes, signal=False)
+        assert result is not None
+        return result
+
+    async def signal_configure_ledger(self, ledger_id: str, changes: Mapping[str, Any]) -> None:
+        """`configure` by signal, checked first on the ledger's current settings."""
+        await self._configure("ledger", ledger_workflow_id(ledger_id), changes, signal=True)
+
+    async def ledger_settings(self, ledger_id: str) -> dict[str, Any]:
+        """The ledger's start settings in effect (the `settings` query)."""
+        result: dict[str, Any] = await self._query(ledger_workflow_id(ledger_id), "settings")
         return result
 
     async def claims(self, ledger_id: str) -> dict[str, str]:
