@@ -210,7 +210,27 @@ async def stop(case: Case) -> None:
     case.stopped = True
 
 
+async def configure_update(case: Case) -> None:
+    settings = await case.handle.execute_update(
+        "configure", {"concurrency": 6, "retry": {"initial_interval_ms": 200}}, result_type=dict
+    )
+    assert settings["concurrency"] == 6 and settings["retry"]["initial_interval_ms"] == 200
+    assert await case.handle.query("settings") == settings
+
+
+async def configure_signal(case: Case) -> None:
+    await case.handle.signal("configure", {"concurrency": 6})
+
+    async def applied() -> bool:
+        return bool((await case.handle.query("settings"))["concurrency"] == 6)
+
+    await eventually(applied, timeout=30)
+    assert (await case.handle.query("snapshot"))["dropped_signals"] == 0
+
+
 MESSAGES: dict[str, Callable[[Case], Awaitable[None]]] = {
+    "configure_update": configure_update,
+    "configure_signal": configure_signal,
     "enqueue_update": enqueue_update,
     "enqueue_signal": enqueue_signal,
     "enqueue_conflict_update": enqueue_conflict_update,
@@ -322,6 +342,38 @@ async def _hold_while(case: Case, completion: Callable[[Case], Awaitable[None]])
         case.token = await case.handle.execute_update("hold", {}, result_type=str)
 
     await asyncio.gather(completion(case), admitted_then_held())
+
+
+async def test_configure_launches_waiting_operations_at_once_on_a_cold_worker(
+    client: Client,
+) -> None:
+    """Operations wait for the only slot; a cold worker gets `configure` of three at once:
+    the waiting ones are dispatched in the update's own task, and the history replays."""
+    suffix, task_queue, activity_queue = cold_names()
+    acts = LedgerActivities()
+    start = {"activity_task_queue": activity_queue, "concurrency": 1}
+    async with activity_worker(client, activity_queue, acts.all()):
+        async with workflow_worker(client, task_queue):
+            handle = await client.start_workflow(
+                "OperationLedger", start, id=f"ledger:cold-{suffix}", task_queue=task_queue
+            )
+            await enqueue(handle, *(op(f"W{n}", f"c{n}", submit_ms=6000) for n in range(3)))
+            await eventually(lambda: acts.sent, timeout=30)
+        async with workflow_worker(client, task_queue):
+            settings = await handle.execute_update(
+                "configure", {"concurrency": 3}, result_type=dict
+            )
+            assert settings["concurrency"] == 3
+
+            async def all_dispatched() -> bool:
+                return set((await phases(handle)).values()) == {"dispatched"}
+
+            await eventually(all_dispatched, timeout=30)
+            for n in range(3):
+                await until_phase(handle, f"W{n}", "resolved")
+    for body in acts.sent:
+        assert [body["payload"]["op"]] == body["operation_ids"], body
+    await assert_healthy_and_updated(client, handle)
 
 
 async def test_a_stop_whose_final_query_answers_at_a_cold_worker(client: Client) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from workflows.ledger import core as ledger_core
 from workflows.ledger.models import LedgerConfig

@@ -335,7 +335,28 @@ async def redeliver(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) ->
     assert acts.accepted_keys.count(key) == 1, acts.accepted_keys
 
 
+async def configure_update(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    # A second slot: a run the completion left queued starts in the update's own task.
+    settings = await handle.execute_update(
+        "configure", {"max_concurrent_runs": 2, "outcome_timeout_ms": 30_000}, result_type=dict
+    )
+    assert settings["max_concurrent_runs"] == 2 and settings["max_queued_runs"] == 100
+    assert await handle.query("settings") == settings
+
+
+async def configure_signal(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    await handle.signal("configure", {"max_concurrent_runs": 2})
+
+    async def applied() -> bool:
+        return bool((await handle.query("settings"))["max_concurrent_runs"] == 2)
+
+    await eventually(applied)
+    assert await handle.query("dropped_signals") == 0
+
+
 MESSAGES: dict[str, Step] = {
+    "configure_update": configure_update,
+    "configure_signal": configure_signal,
     "set_update": set_update,
     "set_signal": set_signal,
     "cancel_update": cancel_update,
@@ -494,6 +515,34 @@ async def test_trigger_after_a_run_ends_by_completion_on_a_cold_worker(client: C
             third: int = await handle.execute_update("trigger", {}, result_type=int)
             await eventually(lambda: third in acts.accepted, timeout=30)
             await eventually(lambda: _no_runs_left(handle), timeout=30)
+    await assert_healthy_and_updated(client, handle)
+
+
+async def test_configure_starts_queued_runs_at_once_on_a_cold_worker(client: Client) -> None:
+    """Runs wait for the only slot; a cold worker gets `configure` of three slots at once:
+    both queued runs start in the update's own task (the running one goes on), and the
+    history replays with the decisions the live worker took."""
+    suffix, task_queue, activity_queue = cold_names()
+    acts = ColdScheduleFake()
+    acts.run_gate.clear()
+    async with activity_worker(client, activity_queue, acts.activities()):
+        async with workflow_worker(client, task_queue):
+            handle = await _start_schedule(client, suffix, task_queue, activity_queue)
+            await handle.execute_update(
+                "set", {"expression": YEARLY, "version": 1, "params": {"gated_run": True}}
+            )
+            times = [await handle.execute_update("trigger", {}, result_type=int) for _ in "abc"]
+            await eventually(lambda: len(acts.started) == 1, timeout=30)
+        async with workflow_worker(client, task_queue):
+            settings = await handle.execute_update(
+                "configure", {"max_concurrent_runs": 3}, result_type=dict
+            )
+            assert settings["max_concurrent_runs"] == 3
+            await eventually(lambda: len(acts.started) == 3, timeout=30)
+            assert sorted(run["scheduled_time"] for run in acts.started) == times
+            acts.run_gate.set()
+            await eventually(lambda: _no_runs_left(handle), timeout=30)
+    assert set(times) <= set(acts.accepted)
     await assert_healthy_and_updated(client, handle)
 
 
