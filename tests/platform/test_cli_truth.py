@@ -76,11 +76,15 @@ SCHEDULE_COMMANDS = [
     ("get",), ("runs",), ("cancel",), ("cancel", "--signal"), ("cancel", "--version", "2"),
     ("pause",), ("unpause",), ("trigger",), ("dead-letters",), ("redeliver", "x:1"),
     ("backfill", "--start", "2026-01-01T00:00", "--end", "2026-01-02T00:00"),
+    ("configure", "--set", '{"max_concurrent_runs": 3}'),
+    ("configure", "--set", '{"max_concurrent_runs": 3}', "--signal"), ("settings",),
 ]  # fmt: skip
 LEDGER_COMMANDS = [
     ("snapshot",), ("claims",), ("stop",), ("hold",), ("release", "token"), ("resume",),
     ("settle",),
     ("skip", "op-1"),
+    ("configure", "--set", '{"concurrency": 3}'),
+    ("configure", "--set", '{"concurrency": 3}', "--signal"), ("settings",),
 ]  # fmt: skip
 
 
