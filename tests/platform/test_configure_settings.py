@@ -122,6 +122,11 @@ def test_ledger_fields_change_and_the_rest_is_kept(
         (schedule_configure, {"max_runs": 3}, "configure has unknown field(s) max_runs"),
         (
             schedule_configure,
+            {"max_concurrent_runs": "3"},
+            "invalid configure: max_concurrent_runs: Input should be a valid integer (got '3')",
+        ),
+        (
+            schedule_configure,
             {"overlap": "sometimes"},
             "invalid configure: overlap: Input should be 'queue', 'skip' or 'buffer_one' "
             "(got 'sometimes')",
