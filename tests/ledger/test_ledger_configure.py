@@ -137,6 +137,12 @@ async def test_configure_raises_concurrency_while_operations_wait_and_keeps_them
         assert re.search(r"^concurrency +3$", table.stdout, re.M), table.stdout
         await record_history(client, workflow_id, "configure_0_1_1")
         await handle.terminate("test done")
+        closed = await durability_cli(
+            dev_server_address, "ledger", "configure", ledger_id,
+            "--set", '{"concurrency": 2}', "--signal", check=False,
+        )  # fmt: skip
+        assert closed.returncode == 1, closed
+        assert closed.stderr.startswith(f"durability: ledger {ledger_id} is closed (terminated")
 
 
 async def _all_resolved(handle: WorkflowHandle[Any, Any], count: int) -> bool:

@@ -131,6 +131,12 @@ async def test_configure_raises_concurrency_at_once_and_keeps_runs_and_queue(
         history = await handle.fetch_history()
         record_history("schedule_parent_0_1_1_configure", history)
         await handle.terminate("test done")
+        closed = await durability_cli(
+            dev_server_address, "schedule", "configure", object_id,
+            "--set", '{"max_concurrent_runs": 2}', check=False,
+        )  # fmt: skip
+        assert closed.returncode == 1, closed
+        assert closed.stderr.startswith(f"durability: schedule {object_id} is closed (terminated")
 
 
 async def _dropped(handle: WorkflowHandle[Any, Any], count: int) -> bool:
