@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pydantic import Field
 
 from workflows.ledger import core as ledger_core
-from workflows.ledger.models import LedgerConfig
+from workflows.ledger.models import LedgerConfig, LedgerState
 from workflows.schedule import core as schedule_core
 from workflows.schedule.core import ScheduleCore, ScheduleState
 from workflows.schedule.models import Outcome, RunError, RunStatus, ScheduleInput, SetRequest
@@ -199,7 +199,7 @@ def test_a_configured_ledger_still_leaves_unset_settings_out_of_its_next_run() -
     """`configure` of another field does not make the next run's input name `complete_activity`
     or `local_compile` (a worker of the earlier release would refuse them)."""
     config = ledger_configure({"concurrency": 5})
-    state = ledger_core.LedgerState(ledger_id="doc-1")
+    state = LedgerState(ledger_id="doc-1")
     carried = ledger_core.next_run_input(state, config, "doc-1").model_dump(mode="json")
     assert carried["concurrency"] == 5
     assert "complete_activity" not in carried and "local_compile" not in carried
