@@ -893,19 +893,14 @@ class DurabilityClient:
         )
         return times
 
-    async def _configure(
-        self, kind: str, workflow_id: str, changes: Mapping[str, Any], *, signal: bool
-    ) -> dict[str, Any] | None:
-        """`configure` checked on the workflow's own settings (its `settings` query: an ID
-        with no workflow raises NotFoundError, and nothing is created), then sent."""
+    async def _checked_configure(
+        self, kind: str, workflow_id: str, changes: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The `configure` payload, checked on the workflow's own settings (its `settings`
+        query: an ID with no workflow raises NotFoundError, and nothing is created)."""
         current: dict[str, Any] = await self._query(workflow_id, "settings")
         _checked(workflow_id, "configure", lambda: _check_configure(kind, changes, current))
-        payload = dict(changes)
-        if signal:
-            await self._signal(workflow_id, "configure", payload)
-            return None
-        result: dict[str, Any] = await self._update(workflow_id, "configure", payload, dict)
-        return result
+        return dict(changes)
 
     async def configure_schedule(
         self, object_id: str, changes: Mapping[str, Any]
@@ -914,14 +909,16 @@ class DurabilityClient:
         `{"max_concurrent_runs": 3}`; returns the settings now in effect. Runs started
         before keep theirs. Checked first as the schedule checks it (RejectedError)."""
         workflow_id = schedule_workflow_id(object_id)
-        result = await self._configure("schedule", workflow_id, changes, signal=False)
-        assert result is not None
+        payload = await self._checked_configure("schedule", workflow_id, changes)
+        result: dict[str, Any] = await self._update(workflow_id, "configure", payload, dict)
         return result
 
     async def signal_configure_schedule(self, object_id: str, changes: Mapping[str, Any]) -> None:
         """`configure` by signal (as bulk operations send it), checked first on the
         schedule's current settings: a signal it refuses would be dropped unseen."""
-        await self._configure("schedule", schedule_workflow_id(object_id), changes, signal=True)
+        workflow_id = schedule_workflow_id(object_id)
+        payload = await self._checked_configure("schedule", workflow_id, changes)
+        await self._signal(workflow_id, "configure", payload)
 
     async def schedule_settings(self, object_id: str) -> dict[str, Any]:
         """The schedule's start settings in effect (the `settings` query)."""
@@ -1144,13 +1141,15 @@ class DurabilityClient:
         `{"concurrency": 4}`; returns the settings now in effect. Requests started before
         keep theirs. Checked first as the ledger checks it (RejectedError)."""
         workflow_id = ledger_workflow_id(ledger_id)
-        result = await self._configure("ledger", workflow_id, changes, signal=False)
-        assert result is not None
+        payload = await self._checked_configure("ledger", workflow_id, changes)
+        result: dict[str, Any] = await self._update(workflow_id, "configure", payload, dict)
         return result
 
     async def signal_configure_ledger(self, ledger_id: str, changes: Mapping[str, Any]) -> None:
         """`configure` by signal, checked first on the ledger's current settings."""
-        await self._configure("ledger", ledger_workflow_id(ledger_id), changes, signal=True)
+        workflow_id = ledger_workflow_id(ledger_id)
+        payload = await self._checked_configure("ledger", workflow_id, changes)
+        await self._signal(workflow_id, "configure", payload)
 
     async def ledger_settings(self, ledger_id: str) -> dict[str, Any]:
         """The ledger's start settings in effect (the `settings` query)."""
