@@ -31,6 +31,7 @@ from workflows.schedule.models import (
     ScheduleInput,
     SetRequest,
     SkipReason,
+    idempotency_key,
 )
 from workflows.validation import InvalidRequest as InvalidRequest
 from workflows.validation import configured, read_start_input, settings_view
@@ -114,6 +115,18 @@ class ScheduleState(BaseModel):
     # Outcomes whose delivery gave up (S11), newest last, for `dead_letters` / `redeliver`.
     dead_letters: list[DeadLetter] = Field(default_factory=list)
     dead_letters_dropped: int = 0
+    # How many more ticks may record a run (None: no limit). Set from the start field
+    # `remaining_runs` when the schedule is created (`initial_state`), then carried: the
+    # start field is passed again at every continue-as-new and read no more.
+    remaining_runs: int | None = None
+    # Why the schedule is paused (`pause {"note"}`, or the run that paused it under
+    # `pause_on_failure`); None when not paused or paused without a note.
+    pause_note: str | None = None
+
+
+def initial_state(settings: ScheduleInput) -> ScheduleState:
+    """The state of a schedule just created with `settings`."""
+    return ScheduleState(remaining_runs=settings.remaining_runs)
 
 
 # `set.params` as JSON; every run carries the params of the version it ran under.
@@ -195,6 +208,33 @@ class Skipped:
 
 
 MAX_BACKFILL_RUNS = 100
+# A pause note at most (`pause {"note"}`, or written by `pause_on_failure`), in characters;
+# a failure's note shows at most FAILURE_NOTE_ERROR_LENGTH characters of its error.
+MAX_PAUSE_NOTE_LENGTH = 1200
+FAILURE_NOTE_ERROR_LENGTH = 250
+
+
+def parse_pause(raw: object) -> str | None:
+    """`pause` payload -> its `note`, or None; InvalidRequest naming a note that is not a
+    string or too long. Anything else in the payload is ignored, as before notes existed."""
+    note = raw.get("note") if isinstance(raw, dict) else None
+    if note is None:
+        return None
+    if not isinstance(note, str):
+        raise InvalidRequest(f"pause.note must be a string, got {note!r:.200}")
+    if len(note) > MAX_PAUSE_NOTE_LENGTH:
+        raise InvalidRequest(
+            f"pause.note is {len(note)} characters, more than {MAX_PAUSE_NOTE_LENGTH}"
+        )
+    return note
+
+
+def failure_note(key: str, error: RunError | None) -> str:
+    """The pause note of a run that errored under `pause_on_failure`."""
+    shown = "unknown error" if error is None else f"{error.name}: {error.message}"
+    if len(shown) > FAILURE_NOTE_ERROR_LENGTH:
+        shown = shown[: FAILURE_NOTE_ERROR_LENGTH - 3] + "..."
+    return f"paused on failure: run {key} errored: {shown}"[:MAX_PAUSE_NOTE_LENGTH]
 
 
 def parse_redeliver(raw: object) -> str:
@@ -331,6 +371,10 @@ class ScheduleCore:
         self.full_reason = SkipReason.QUEUE_FULL if limit is None else SkipReason.OVERLAP
         self.overlap = overlap
         self.max_dead_letters = max_dead_letters
+        self.object_id = settings.object_id or ""
+        self.catchup_window_ms = settings.catchup_window_ms
+        self.start_at, self.end_at = settings.start_at, settings.end_at
+        self.pause_on_failure = settings.pause_on_failure
         self._keep_dead_letters_within_bound()
 
     def _keep_dead_letters_within_bound(self) -> None:
@@ -339,6 +383,41 @@ class ScheduleCore:
         if excess > 0:
             del self.state.dead_letters[:excess]
             self.state.dead_letters_dropped += excess
+
+    def drop_bounds(self) -> None:
+        """Run as if no bound were set: a history recorded before bounds existed, by a build
+        that ignored these start fields, replays as it ran (the shell's patch)."""
+        self.catchup_window_ms = self.start_at = self.end_at = None
+        self.pause_on_failure = False
+        self.state.remaining_runs = None
+
+    # --- bounds on the schedule's life (start_at, end_at, remaining_runs) ---
+
+    def bounded_next(self, expression: str, after_ms: int) -> int | None:
+        """The next tick after `after_ms` within the schedule's life: none before `start_at`,
+        None at or after `end_at` or once `remaining_runs` is spent."""
+        if self.state.remaining_runs == 0:
+            return None
+        if self.start_at is not None:
+            after_ms = max(after_ms, self.start_at - 1)
+        return self._before_end(checked_next(self.next_occurrence, expression, after_ms))
+
+    def _before_end(self, next_at: int | None) -> int | None:
+        if next_at is None or (self.end_at is not None and next_at >= self.end_at):
+            return None
+        return next_at
+
+    def set_remaining_runs(self, remaining: int | None, now_ms: int) -> None:
+        """Set how many more ticks may record a run (None: no limit), as `configure` does:
+        0 ends ticking; a count given to a schedule that had spent its own ticks from now."""
+        self.state.remaining_runs = remaining
+        stored = self.state.schedule
+        if stored is None or stored.expression is None:
+            return
+        if remaining == 0:
+            stored.next_at = None
+        elif stored.next_at is None:
+            stored.next_at = self.bounded_next(stored.expression, now_ms)
 
     # --- bounds (the queue and the carried state) ---
 
@@ -398,7 +477,7 @@ class ScheduleCore:
         self.state.schedule = StoredSchedule(
             version=request.version,
             expression=request.expression,
-            next_at=checked_next(self.next_occurrence, request.expression, now_ms),
+            next_at=self.bounded_next(request.expression, now_ms),
             jitter_ms=jitter,
             params=request.params,
         )
@@ -446,22 +525,27 @@ class ScheduleCore:
         when the rule that found it changed (`workflows.schedule.day_rule`)."""
         stored = self.state.schedule
         if stored is not None and stored.expression is not None and stored.next_at is not None:
-            stored.next_at = revise(stored.expression, stored.next_at)
+            stored.next_at = self._before_end(revise(stored.expression, stored.next_at))
 
-    def pause(self) -> bool:
-        """Stop ticks until `unpause`; runs already recorded go on. Returns whether it changed."""
+    def pause(self, note: str | None = None) -> bool:
+        """Stop ticks until `unpause`; runs already recorded go on. A `note` says why (it
+        replaces the note of a schedule already paused). Returns whether it changed."""
         changed = not self.state.paused
         self.state.paused = True
+        if note is not None or changed:
+            self.state.pause_note = note
         return changed
 
     def unpause(self, now_ms: int) -> bool:
-        """Resume ticking from now: ticks missed while paused are skipped, not collapsed."""
+        """Resume ticking from now: ticks missed while paused are skipped, not collapsed. The
+        pause note is cleared."""
         if not self.state.paused:
             return False
         self.state.paused = False
+        self.state.pause_note = None
         stored = self.state.schedule
         if stored is not None and stored.expression is not None:
-            stored.next_at = checked_next(self.next_occurrence, stored.expression, now_ms)
+            stored.next_at = self.bounded_next(stored.expression, now_ms)
         return True
 
     def trigger(self, now_ms: int) -> Run:
@@ -481,6 +565,11 @@ class ScheduleCore:
         """Occurrences of the live expression in [start_at, end_at), at most MAX_BACKFILL_RUNS."""
         expression = self.check_live("backfill").expression
         assert expression is not None  # check_live refuses a cancelled schedule
+        # Only occurrences within the schedule's life (`start_at`, `end_at`) are backfilled.
+        if self.start_at is not None:
+            start_at = max(start_at, self.start_at)
+        if self.end_at is not None:
+            end_at = min(end_at, self.end_at)
         times: list[int] = []
         cursor = checked_next(self.next_occurrence, expression, start_at - 1)
         while cursor is not None and cursor < end_at:
@@ -515,8 +604,9 @@ class ScheduleCore:
 
     def tick(self, now_ms: int) -> Run | Skipped | None:
         """Fire the tick if due: record its run and advance `next_at` in one step. A tick
-        with no room for its run (`room_for`) still advances `next_at`, is counted in
-        `skipped_ticks` and returned as `Skipped`: it never runs."""
+        that fires more than `catchup_window_ms` late, or has no room for its run
+        (`room_for`), still advances `next_at`, is counted in `skipped_ticks` and returned
+        as `Skipped`: it never runs. A recorded run counts `remaining_runs` down."""
         if self.state.paused:
             return None
         stored = self.state.schedule
@@ -526,15 +616,20 @@ class ScheduleCore:
         scheduled_time = stored.next_at
         assert scheduled_time is not None
         after = max(scheduled_time, now_ms - stored.jitter_ms)
-        stored.next_at = checked_next(self.next_occurrence, stored.expression, after)
+        stored.next_at = self.bounded_next(stored.expression, after)
         if scheduled_time in self.state.runs:
             return None
-        reason = self.room_for(1, stored.params)
+        late = self.catchup_window_ms is not None and now_ms - fires_at > self.catchup_window_ms
+        reason = SkipReason.CATCHUP_WINDOW if late else self.room_for(1, stored.params)
         if reason is not None:
             self.state.skipped_ticks += 1
             return Skipped(scheduled_time=scheduled_time, due_at=fires_at, reason=reason)
         run = Run(scheduled_time=scheduled_time, due_at=fires_at, params=stored.params)
         self.state.runs[scheduled_time] = run
+        if self.state.remaining_runs is not None:
+            self.state.remaining_runs = max(self.state.remaining_runs - 1, 0)
+            if self.state.remaining_runs == 0:
+                stored.next_at = None
         return run
 
     # --- runs (S8) ---
@@ -572,20 +667,23 @@ class ScheduleCore:
             return False
         run.state = RunStatus.COMPLETE if outcome.status == "complete" else RunStatus.ERRORED
         run.error = outcome.error
+        if run.state == RunStatus.ERRORED and self.pause_on_failure and not self.state.paused:
+            self.pause(failure_note(idempotency_key(self.object_id, scheduled_time), run.error))
         return True
 
     # --- outcomes the schedule delivers (S11) ---
 
     def stopped(self, scheduled_time: int, outcome: Outcome) -> bool:
         """A run stopped with `outcome` and its child ended: its slot frees, and its outcome is
-        the schedule's to deliver. Returns whether a queued run can take the freed slot."""
+        the schedule's to deliver. Returns whether the main loop must decide again: a queued
+        run can take the freed slot, or the run's failure paused the schedule."""
         run = self.state.runs.get(scheduled_time)
         if run is None:
             return False
-        freed = run.state == RunStatus.RUNNING
+        freed, was_paused = run.state == RunStatus.RUNNING, self.state.paused
         self.settle(scheduled_time, outcome)
         run.outcome_pending = True
-        return freed and self.queued_count() > 0
+        return (freed and self.queued_count() > 0) or self.state.paused != was_paused
 
     def awaiting_delivery(self) -> list[Run]:
         """The runs whose outcome the schedule is to deliver, oldest first."""
@@ -684,14 +782,16 @@ class ScheduleCore:
         """A run reported its end and its outcome's delivery (by completing, or by the
         `run_acknowledged` signal, whose `outcome` is None unless dead-lettered): settle it if
         its end was not signalled, keep a dead letter, forget it. Returns whether this freed a
-        slot that a queued run can take now."""
+        slot that a queued run can take now, or the run's failure paused the schedule (either
+        way the main loop must decide again)."""
+        was_paused = self.state.paused
         freed = outcome is not None and self.settle(scheduled_time, outcome)
         run = self.state.runs.get(scheduled_time)
         freed = freed or (run is not None and run.state == RunStatus.RUNNING)
         if outcome is not None and dead_letter_error is not None:
             self.record_dead_letter(scheduled_time, idempotency_key, outcome, dead_letter_error)
         self.forget(scheduled_time)
-        return freed and self.queued_count() > 0
+        return (freed and self.queued_count() > 0) or self.state.paused != was_paused
 
     def forget(self, scheduled_time: int) -> bool:
         """The run's outcome was acknowledged or dead-lettered: drop it."""

@@ -12,6 +12,8 @@ from workflows.limits import MAX_INT32, ActivityName, TaskQueueName, WorkflowId
 
 MAX_DELAY_MS = 2**31 - 1
 MAX_SAFE_INTEGER = 2**53 - 1
+# `remaining_runs` (a start field, and the count the schedule carries) at most.
+MAX_REMAINING_RUNS = 10**9
 DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS = 2000
 
 
@@ -53,6 +55,8 @@ class SkipReason(StrEnum):
     OVERLAP = "overlap"
     # Its run would take the carried state past the budget.
     STATE_BUDGET = "state_budget"
+    # It fired more than `catchup_window_ms` after it was due (`next_at + jitter_ms`).
+    CATCHUP_WINDOW = "catchup_window"
 
 
 class RunHost(StrEnum):
@@ -120,9 +124,38 @@ class ScheduleInput(BaseModel):
     # Who hosts the run activity; None: `plugin` when `activity_task_queue` is null (the
     # run runs on durability's own task queue), else `external` (see `hosted_by`).
     run_host: RunHost | None = None
+    # Bounds on the schedule's life (null/false: unbounded, as before they existed). A tick
+    # that fires more than this after it was due is skipped (`catchup_window`), not run.
+    catchup_window_ms: int | None = Field(None, ge=1, le=MAX_DELAY_MS)
+    # No tick is scheduled before `start_at` nor at or after `end_at` (epoch ms).
+    start_at: int | None = Field(None, ge=0, le=MAX_SAFE_INTEGER)
+    end_at: int | None = Field(None, ge=0, le=MAX_SAFE_INTEGER)
+    # How many ticks may still record a run: read at the first start only, then counted
+    # down in the carried state (`ScheduleState.remaining_runs`). Null: no limit.
+    remaining_runs: int | None = Field(None, ge=0, le=MAX_REMAINING_RUNS)
+    # A run that settles `errored` pauses the schedule, with a note naming it.
+    pause_on_failure: bool = False
     # Not part of the wire contract: continue-as-new once history has this many events
     # (None: when Temporal suggests it, or at DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS).
     continue_as_new_after_events: int | None = Field(None, ge=10)
+
+    @model_validator(mode="after")
+    def _end_after_start(self) -> ScheduleInput:
+        if self.start_at is not None and self.end_at is not None and self.end_at <= self.start_at:
+            raise ValueError(
+                f"end_at must be after start_at, got end_at={self.end_at} <= "
+                f"start_at={self.start_at}"
+            )
+        return self
+
+    def bounded(self) -> bool:
+        """Whether any bound on the schedule's life is set (`catchup_window_ms` ...
+        `pause_on_failure`)."""
+        return self.pause_on_failure or any(getattr(self, f) is not None for f in BOUND_FIELDS)
+
+    def without_bounds(self) -> ScheduleInput:
+        """These settings with every bound at its default (unbounded)."""
+        return self.model_copy(update=dict.fromkeys(BOUND_FIELDS) | {"pause_on_failure": False})
 
     def hosted_by(self) -> RunHost:
         """`run_host`, or what its absence means (also for a run's settings recorded before
@@ -130,6 +163,10 @@ class ScheduleInput(BaseModel):
         if self.run_host is not None:
             return self.run_host
         return RunHost.PLUGIN if self.activity_task_queue is None else RunHost.EXTERNAL
+
+
+# The start fields that bound a schedule's life (all unbounded by default).
+BOUND_FIELDS = ("catchup_window_ms", "start_at", "end_at", "remaining_runs")
 
 
 class JitterRange(BaseModel):
