@@ -75,7 +75,9 @@ class Deliveries:
         """A run's child ended as its run stopped: free its slot, deliver its outcome. The
         delivery's ScheduleActivityTask is this task's command; with none, the barrier."""
         if self._core.stopped(scheduled_time, outcome):
-            self._kernel.wake()  # a queued run can take the freed slot
+            self._kernel.wake()  # a queued run can take the freed slot, or the run paused it
+        # The delivery (or the barrier) is this task's command: an update in the next task
+        # decides on what this completion changed (the freed slot, a pause on failure).
         if not self._pump():
             self._send_progress(stopped=scheduled_time)
 

@@ -534,9 +534,13 @@ class RunReports:
 
     def settled(self, settled: RunSettled) -> None:
         """The `run_settled` signal: the run stopped; its slot is free."""
-        # Wake the loop only when a queued run can take the freed slot: every wake-up
-        # cancels and restarts the tick timer (two more history events).
-        if self._core.settle(settled.scheduled_time, settled.outcome) and self._core.queued_count():
+        # Wake the loop only when a queued run can take the freed slot or the run's failure
+        # paused the schedule: every wake-up cancels and restarts the tick timer (two more
+        # history events).
+        was_paused = self._core.state.paused
+        if self._core.settle(settled.scheduled_time, settled.outcome) and (
+            self._core.queued_count() or self._core.state.paused != was_paused
+        ):
             self._kernel.wake()
 
     def ended(
@@ -548,7 +552,7 @@ class RunReports:
         """The run's end and its outcome's delivery (its completion, or `run_acknowledged`)."""
         key = idempotency_key(self._object_id, scheduled_time)
         if self._core.run_ended(scheduled_time, key, outcome, dead_letter_error):
-            self._kernel.wake()  # a queued run can take the freed slot
+            self._kernel.wake()  # a queued run can take the freed slot, or it paused
 
     async def hand_over_alive(self) -> bool:
         """Before continue-as-new: the runs still going report by signal from now on."""

@@ -50,7 +50,8 @@ def details(state: ScheduleState, wake_at: int | None) -> str:
             f"Next tick: {'none' if wake_at is None else iso(wake_at)}"
         )
     if state.paused:
-        head = f"**Paused.** {head}"
+        note = "" if state.pause_note is None else f" {state.pause_note}"
+        head = f"**Paused.**{note}  \n{head}" if note else f"**Paused.** {head}"
     states = [run.state.value for run in state.runs.values()]
     counts = ", ".join(f"{states.count(s)} {s}" for s in sorted(set(states))) or "none"
     return f"{head}  \nRuns awaiting acknowledgement: {counts}"

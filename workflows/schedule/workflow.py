@@ -25,12 +25,13 @@ with workflow.unsafe.imports_passed_through():
         DeadLetter,
         Run,
         ScheduleCore,
-        ScheduleState,
         ScheduleWorkflowInput,
         Skipped,
+        initial_state,
         parse_backfill,
         parse_cancel,
         parse_configure,
+        parse_pause,
         parse_redeliver,
         parse_set,
         parse_start,
@@ -55,6 +56,10 @@ with workflow.unsafe.imports_passed_through():
 # Recorded when a cancellation request reaches a run: it then closes only once every run it
 # started has reported (a run recorded before closed at once).
 CLOSE_AFTER_RUNS_ON_CANCEL_PATCH = "close-after-runs-on-cancel"
+# Recorded, first in a run, by a schedule whose start input sets a bound on its life
+# (`catchup_window_ms`, `start_at`, `end_at`, `remaining_runs`, `pause_on_failure`): a run
+# recorded by a build that ignored those fields replays without them.
+SCHEDULE_BOUNDS_PATCH = "schedule-bounds"
 
 
 @workflow.defn(name=SCHEDULE_WORKFLOW_TYPE, sandboxed=SANDBOXED)
@@ -68,7 +73,9 @@ class DurabilityScheduleWorkflow:
         self._start = parse_start(lambda: decode_start_input(input), workflow.info().workflow_id)
         self._settings, carried = self._start.settings, self._start.carried
         self._object_id = self._settings.object_id or ""
-        self._core = ScheduleCore(carried or ScheduleState(), self.next_occurrence, self._settings)
+        self._core = ScheduleCore(
+            carried or initial_state(self._settings), self.next_occurrence, self._settings
+        )
         # A bad signal payload raises InvalidRequest, a bad next_occurrence ValueError (S7).
         self._kernel = ShellKernel(ValueError, self._core.count_dropped_signal)
         self._day_rule = DayRule(
@@ -101,6 +108,8 @@ class DurabilityScheduleWorkflow:
         cancellation request (the UI's Request Cancellation) closes the schedule as cancelled
         once every run it started has reported."""
         self._kernel.check_start(self._start.error, self._start.coerced, "InvalidScheduleInput")
+        if self._settings.bounded() and not workflow.patched(SCHEDULE_BOUNDS_PATCH):
+            self._core.drop_bounds()
         self._redeliveries.resume_stranded()
         self._deliveries.resume()
         try:
@@ -300,9 +309,15 @@ class DurabilityScheduleWorkflow:
 
     @workflow.update(name="pause")
     def pause(self, raw: Any = None) -> bool:
-        """Stop ticks (runs already recorded go on); returns whether it was running."""
+        """Stop ticks (runs already recorded go on), with an optional `note` saying why;
+        returns whether it was running."""
         self._kernel.wake()
-        return self._kernel.update(self._core.pause)
+        return self._kernel.update(lambda: self._core.pause(parse_pause(raw)))
+
+    @pause.validator
+    def validate_pause(self, raw: Any = None) -> None:
+        """Reject a note that is not a string, or too long, before anything is recorded."""
+        self._kernel.validate(parse_pause, raw)
 
     @workflow.update(name="unpause")
     def unpause(self, raw: Any = None) -> bool:
@@ -385,9 +400,15 @@ class DurabilityScheduleWorkflow:
         """Whether ticks are paused."""
         return self._core.state.paused
 
+    @workflow.query(name="pause_note")
+    def pause_note(self) -> str | None:
+        """Why the schedule is paused (`pause`'s note, or the failed run that paused it under
+        `pause_on_failure`), or None."""
+        return self._core.state.pause_note
+
     @workflow.query(name="skipped_ticks")
     def skipped_ticks(self) -> int:
-        """Ticks skipped: queue full, overlap policy or state budget."""
+        """Ticks skipped: queue full, overlap policy, state budget or catchup window."""
         return self._core.state.skipped_ticks
 
     @workflow.query(name="dead_letters")
