@@ -174,7 +174,7 @@ def show_unpause(result: Any, args: argparse.Namespace) -> str:
 
 
 async def schedule_pause(client: DurabilityClient, args: argparse.Namespace) -> Any:
-    return {"paused": await client.pause_schedule(args.object_id)}
+    return {"paused": await client.pause_schedule(args.object_id, args.note)}
 
 
 async def schedule_unpause(client: DurabilityClient, args: argparse.Namespace) -> Any:
@@ -304,6 +304,8 @@ def show_schedule(result: Any, args: argparse.Namespace) -> str:
         ("params", json.dumps(result.get("params", {}))),
         ("paused", bool(result.get("paused"))),
     ]
+    if result.get("pause_note") is not None:
+        rows.append(("pause_note", result["pause_note"]))
     return table(("field", "value"), rows)
 
 
@@ -656,6 +658,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmd = commands["cancel"]
     cmd.add_argument("--version", type=int)
     cmd.add_argument("--signal", action="store_true")
+    cmd = commands["pause"]
+    cmd.add_argument("--note", help="why it is paused (shown by get; unpause clears it)")
     cmd = commands["close"]
     cmd.add_argument("--wait", action="store_true", help="return once the schedule has closed")
     _add_configure(commands["configure"], "schedule", '{"max_concurrent_runs": 3}')

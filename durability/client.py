@@ -74,8 +74,10 @@ class ScheduleView(TypedDict):
     jitter_ms: int
     next_at: int | None
     params: dict[str, Any]
-    # Not in the query's answer: the client adds the `paused` query's.
+    # Not in the query's answer: the client adds the `paused` query's, and while paused the
+    # `pause_note` query's (None otherwise).
     paused: bool
+    pause_note: str | None
 
 
 class RunView(TypedDict):
@@ -385,6 +387,12 @@ def _check_cancel(payload: Any) -> object:
     from workflows.schedule import core as schedule_core
 
     return schedule_core.parse_cancel(payload)
+
+
+def _check_pause(payload: Any) -> object:
+    from workflows.schedule import core as schedule_core
+
+    return schedule_core.parse_pause(payload)
 
 
 def _check_release(payload: Any) -> object:
@@ -848,10 +856,20 @@ class DurabilityClient:
         _checked(workflow_id, "cancel", lambda: _check_cancel(payload))
         await self._signal(workflow_id, "cancel", payload)
 
-    async def pause_schedule(self, object_id: str) -> bool:
-        """Stop ticks until unpaused; returns whether it was running (False: already
+    async def pause_schedule(self, object_id: str, note: str | None = None) -> bool:
+        """Stop ticks until unpaused, with an optional `note` saying why (it replaces the
+        note of a schedule already paused); returns whether it was running (False: already
         paused). Versions are untouched."""
-        return bool(await self._update(schedule_workflow_id(object_id), "pause", {}, bool))
+        workflow_id = schedule_workflow_id(object_id)
+        payload: dict[str, Any] = {} if note is None else {"note": note}
+        _checked(workflow_id, "pause", lambda: _check_pause(payload))
+        return bool(await self._update(workflow_id, "pause", payload, bool))
+
+    async def pause_note(self, object_id: str) -> str | None:
+        """Why the schedule is paused (the `pause` note, or the failed run that paused it
+        under `pause_on_failure`), or None."""
+        note: str | None = await self._query(schedule_workflow_id(object_id), "pause_note")
+        return note
 
     async def unpause_schedule(self, object_id: str) -> bool:
         """Tick again from now (ticks missed while paused are skipped); returns whether it
@@ -932,7 +950,8 @@ class DurabilityClient:
         if view is None:
             return None
         paused = bool(await self._query(workflow_id, "paused"))
-        return ScheduleView(**{**view, "paused": paused})  # type: ignore[typeddict-item]
+        note = await self._query(workflow_id, "pause_note") if paused else None
+        return ScheduleView(**{**view, "paused": paused, "pause_note": note})  # type: ignore[typeddict-item]
 
     async def stored_version(self, object_id: str) -> int | None:
         """The version stored for `object_id`, a cancel tombstone's included, as the schedule

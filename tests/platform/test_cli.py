@@ -99,6 +99,7 @@ async def test_schedule_commands_set_get_runs_cancel(
             "next_at": view["next_at"],
             "params": {"plan": "pro"},
             "paused": False,
+            "pause_note": None,
         }
         assert isinstance(view["next_at"], int) and view["next_at"] % 1000 == 0
         shown = await durability_cli(dev_server_address, *cli, "schedule", "get", object_id)

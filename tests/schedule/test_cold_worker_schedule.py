@@ -567,3 +567,52 @@ async def test_cancellation_after_completion_on_a_cold_worker(
     assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
     assert set(acts.expected) <= set(acts.accepted)
     await assert_healthy(client, handle)
+
+
+@pytest.mark.parametrize("message", ["unpause", "pause", "trigger"])
+async def test_a_message_after_a_failed_run_paused_the_schedule_on_a_cold_worker(
+    client: Client, message: str
+) -> None:
+    """Under `pause_on_failure`, the completion of a run that errored pauses the schedule: a
+    decision `pause` and `unpause` answer on (and `trigger` records a run past). The task
+    that applies it schedules the outcome's delivery (a command) and cancels the tick timer,
+    so a cold worker gives the update sent at once an activation of its own: `unpause` finds
+    the schedule paused, `pause` finds it already paused, and no workflow task fails."""
+    suffix, task_queue, activity_queue = cold_names()
+    acts = ColdScheduleFake()
+    async with activity_worker(client, activity_queue, acts.activities()):
+        async with workflow_worker(client, task_queue):
+            handle = await client.start_workflow(
+                "DurabilitySchedule",
+                {
+                    "max_concurrent_runs": 1,
+                    "lifecycle_activity": "lifecycle",
+                    "activity_task_queue": activity_queue,
+                    "pause_on_failure": True,
+                },
+                id=f"schedule:cold-{suffix}",
+                task_queue=task_queue,
+            )
+            await handle.execute_update(
+                "set", {"expression": YEARLY, "version": 1, "params": {"fail": True}}
+            )
+            since = await _last_event_id(handle)
+            failed: int = await handle.execute_update("trigger", {}, result_type=int)
+            await wait_for_applied(handle, "CHILD_WORKFLOW_EXECUTION_COMPLETED", _after(since))
+        # The only workflow worker is gone; a new one starts with nothing cached and gets the
+        # update at once (no query before it).
+        async with workflow_worker(client, task_queue):
+            if message == "unpause":
+                assert await handle.execute_update("unpause", {}) is True
+                assert await handle.query("pause_note") is None
+            elif message == "pause":
+                assert await handle.execute_update("pause", {"note": "later"}) is False
+                assert await handle.query("pause_note") == "later"
+            else:
+                triggered: int = await handle.execute_update("trigger", {}, result_type=int)
+                await eventually(lambda: triggered in acts.accepted, timeout=30)
+                note = await handle.query("pause_note")
+                assert note.startswith(f"paused on failure: run cold-{suffix}:{failed} errored")
+            await eventually(lambda: _no_runs_left(handle), timeout=30)
+    assert failed in acts.accepted
+    await assert_healthy_and_updated(client, handle)

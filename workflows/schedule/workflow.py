@@ -76,6 +76,9 @@ class DurabilityScheduleWorkflow:
         self._core = ScheduleCore(
             carried or initial_state(self._settings), self.next_occurrence, self._settings
         )
+        # Here, not in `run`: the first task's messages are handled before `run` begins.
+        if self._settings.bounded() and not workflow.patched(SCHEDULE_BOUNDS_PATCH):
+            self._core.drop_bounds()
         # A bad signal payload raises InvalidRequest, a bad next_occurrence ValueError (S7).
         self._kernel = ShellKernel(ValueError, self._core.count_dropped_signal)
         self._day_rule = DayRule(
@@ -108,8 +111,6 @@ class DurabilityScheduleWorkflow:
         cancellation request (the UI's Request Cancellation) closes the schedule as cancelled
         once every run it started has reported."""
         self._kernel.check_start(self._start.error, self._start.coerced, "InvalidScheduleInput")
-        if self._settings.bounded() and not workflow.patched(SCHEDULE_BOUNDS_PATCH):
-            self._core.drop_bounds()
         self._redeliveries.resume_stranded()
         self._deliveries.resume()
         try:
