@@ -238,9 +238,7 @@ def test_remaining_runs_is_carried_state_read_from_the_start_field_only_at_creat
     assert old.carried.remaining_runs is None and old.carried.pause_note is None
 
 
-def test_an_errored_run_pauses_the_schedule_with_a_note_naming_it_and_unpause_clears_it() -> (
-    None
-):
+def test_an_errored_run_pauses_the_schedule_with_a_note_naming_it_and_unpause_clears_it() -> None:
     core = bounded_core(pause_on_failure=True)
     set_every(core, 1_000, 0)
     run = core.tick(1_000)
