@@ -50,6 +50,21 @@ export interface ScheduleStartInput {
   // Who hosts the run activity; absent: "plugin" when activity_task_queue is null, else
   // "external". A TypeScript run worker is "external".
   run_host?: "plugin" | "external";
+  // Bounds on the schedule's life (2.1), all off by default. A tick that fires more than
+  // catchup_window_ms late is skipped (reason "catchup_window"); no tick before start_at nor
+  // at/after end_at (epoch ms); remaining_runs counts the ticks that record a run down (read at
+  // creation only); pause_on_failure pauses the schedule when a run settles "errored".
+  catchup_window_ms?: number | null;
+  start_at?: number | null;
+  end_at?: number | null;
+  remaining_runs?: number | null;
+  pause_on_failure?: boolean;
+}
+
+/** 2.2 `pause` payload: `{}` or a note saying why (at most 1200 characters); the
+ * `pause_note` query (a string, or `null`) shows it until `unpause`. */
+export interface PausePayload {
+  note?: string;
 }
 
 /** 2.2 `set` payload (signal and update; unknown fields are refused). */
