@@ -301,6 +301,12 @@ def schedule_start_inputs(max_depth: int) -> st.SearchStrategy[tuple[Any, str]]:
             "lifecycle_activity": st.sampled_from([None, "lifecycle"]) | names,
             "activity_task_queue": st.none() | names,
             "run_host": st.sampled_from(["plugin", "external"]),
+            # The bounds (2.1): a start_at below any end_at drawn, so both may be set.
+            "catchup_window_ms": st.none() | interval,
+            "start_at": st.none() | st.integers(0, 2**52),
+            "end_at": st.none() | st.integers(2**52 + 1, 2**53 - 1),
+            "remaining_runs": st.none() | st.integers(0, 10**9),
+            "pause_on_failure": st.booleans(),
         },
     )
     # Unknown start fields are ignored (contract 2.1).
@@ -637,9 +643,20 @@ PINNED_SCHEDULE_STARTS: list[tuple[Any, str, str | None]] = [
     ({"run_host": "worker"}, "run_host", None),
     ({"outcome_retries": {"max_attempts": 2**40}}, "max_attempts", None),  # an int32
     ({"x": DEEP_205}, "cannot be decoded", None),  # deeper than the converter reads
+    ({"start_at": 5, "end_at": 5}, "end_at", None),  # each valid alone
+    ({"remaining_runs": 10**9 + 1}, "remaining_runs", None),
 ]
 
-SCHEDULE_QUERIES = ["get", "runs", "paused", "skipped_ticks", "dropped_signals"]
+SCHEDULE_QUERIES = ["get", "runs", "paused", "pause_note", "skipped_ticks", "dropped_signals"]
+# `pause` reads only its `note`: a string of at most 1200 characters, or refused naming it.
+PINNED_PAUSES: list[tuple[Any, bool]] = [
+    ({"note": "deploying"}, True),
+    ({"note": None, "other": 1}, True),
+    ({"note": 5}, False),
+    ({"note": {"why": "x"}}, False),
+    ({"note": "n" * 1201}, False),
+    ({"note": "\U0001f600" * 1200}, True),
+]
 SCHEDULE = Parent(
     "DurabilitySchedule", "schedule", "object_id", "InvalidStartInput", SCHEDULE_QUERIES
 )
@@ -701,6 +718,10 @@ async def test_schedule_backfill_pause_unpause_trigger_take_any_payload(
             )
             assert applied or message == "trigger", context(f"{message} refused", payload)
             await answers(handle, SCHEDULE_QUERIES, message, payload)
+        for payload, valid in PINNED_PAUSES:
+            applied = await update(handle, "pause", payload, "pause.note", {"InvalidRequest"})
+            assert applied is valid, context("pause", payload)
+            await answers(handle, SCHEDULE_QUERIES, "pause", payload)
         await handle.execute_update("cancel", {})
     await no_failed_tasks(client, handle)
 
