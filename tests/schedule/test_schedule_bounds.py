@@ -27,6 +27,7 @@ from tests.support.helpers import (
     schedule_worker,
     temporal,
 )
+from workflows import search_attributes
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
@@ -172,10 +173,18 @@ async def test_no_tick_before_start_at_nor_at_or_after_end_at_via_the_cli(
         )
         rows = dict(line.split(None, 1) for line in shown.stdout.splitlines()[2:])
         assert rows["next_at"] == "-"
+        # The published next tick says so too (visibility: no tick to come).
+        handle = client.get_workflow_handle(f"schedule:{object_id}")
+        await eventually(lambda: _no_next_tick_published(handle), timeout=10)
         # trigger is not bounded (as a native Schedule's manual trigger is not).
         triggered = await durability_cli(dev_server_address, *cli, "schedule", "trigger", object_id)
         assert json.loads(triggered.stdout)["scheduled_time"] > end_at
         await client.get_workflow_handle(f"schedule:{object_id}").terminate("test done")
+
+
+async def _no_next_tick_published(handle: WorkflowHandle[Any, Any]) -> bool:
+    described = await handle.describe()
+    return described.typed_search_attributes.get(search_attributes.NEXT_TICK_AT) is None
 
 
 async def test_five_runs_then_no_more_ticks_via_the_temporal_cli(
