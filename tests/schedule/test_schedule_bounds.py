@@ -196,8 +196,12 @@ async def test_five_runs_then_no_more_ticks_via_the_temporal_cli(
         await temporal(
             dev_server_address,
             "workflow", "start", "--type", "DurabilitySchedule", "--task-queue", task_queue,
-            "--workflow-id", workflow_id, "--input", json.dumps({"remaining_runs": 5}),
+            "--workflow-id", workflow_id,
+            # A short history: the count is carried across continue-as-new, the start field
+            # (passed again to every run) read no more.
+            "--input", json.dumps({"remaining_runs": 5, "continue_as_new_after_events": 30}),
         )  # fmt: skip
+        first_run = (await client.get_workflow_handle(workflow_id).describe()).run_id
         await temporal(
             dev_server_address,
             "workflow", "update", "execute", "--workflow-id", workflow_id, "--name", "set",
@@ -213,7 +217,8 @@ async def test_five_runs_then_no_more_ticks_via_the_temporal_cli(
         assert len(recorder.started) == 5
         times = [r["scheduled_time"] for r in recorder.started]
         assert times == sorted(times) and times[-1] - times[0] == 4000
-        # Carried across continue-as-new like any state: a new version does not tick again.
+        assert (await client.get_workflow_handle(workflow_id).describe()).run_id != first_run
+        # A new version does not tick again: the count is spent.
         await temporal(
             dev_server_address,
             "workflow", "update", "execute", "--workflow-id", workflow_id, "--name", "set",
