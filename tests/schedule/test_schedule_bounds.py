@@ -384,3 +384,51 @@ async def test_a_history_recorded_by_a_build_that_ignored_the_bounds_still_repla
     replayer = production_replayer([DurabilityScheduleWorkflow, ScheduledRunWorkflow])
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
+
+
+async def test_configure_gives_a_spent_schedule_more_runs_and_ends_it_via_the_cli(
+    client: Client, dev_server_address: str, task_queue: str, unique: str
+) -> None:
+    object_id = f"cf-{unique}"
+    workflow_id = f"schedule:{object_id}"
+    handle = client.get_workflow_handle(workflow_id)
+    recorder = ScheduleFake()
+    cli = ("--task-queue", task_queue, "--json")
+
+    async def spent() -> bool:
+        return bool((await handle.query("get"))["next_at"] is None)
+
+    async with schedule_worker(client, task_queue, recorder.activities()):
+        await durability_cli(
+            dev_server_address, *cli, "schedule", "set", object_id, "@every 1s", "--version",
+            "1", "--options", json.dumps({"remaining_runs": 2}),
+        )  # fmt: skip
+        await eventually(spent, timeout=20)
+        assert len(recorder.started) == 2
+        # Two more: the count is set again, and ticking resumes from now.
+        await durability_cli(
+            dev_server_address, *cli, "schedule", "configure", object_id,
+            "--set", json.dumps({"remaining_runs": 2}),
+        )  # fmt: skip
+        await eventually(lambda: len(recorder.started) == 4, timeout=20)
+        await eventually(spent, timeout=20)
+        # No limit, then an end in the past: ticking stops at once.
+        await durability_cli(
+            dev_server_address, *cli, "schedule", "configure", object_id,
+            "--set", json.dumps({"remaining_runs": None}),
+        )  # fmt: skip
+        await eventually(lambda: len(recorder.started) >= 5, timeout=20)
+        await durability_cli(
+            dev_server_address, *cli, "schedule", "configure", object_id,
+            "--set", json.dumps({"end_at": now_ms() - 1000}),
+        )  # fmt: skip
+        assert await spent()
+        ran = len(recorder.started)
+        await asyncio.sleep(1.5)
+        assert len(recorder.started) <= ran + 1  # at most a tick recorded before the configure
+        refused = await durability_cli(
+            dev_server_address, "--task-queue", task_queue, "schedule", "configure", object_id,
+            "--set", json.dumps({"catchup_window_ms": 0}), check=False,
+        )  # fmt: skip
+        assert refused.returncode == 1 and "catchup_window_ms" in refused.stderr
+        await handle.terminate("test done")

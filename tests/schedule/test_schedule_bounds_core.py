@@ -19,6 +19,7 @@ from workflows.schedule.core import (
     Skipped,
     failure_note,
     initial_state,
+    parse_configure,
     parse_pause,
     parse_start,
 )
@@ -365,7 +366,7 @@ def test_a_bound_of_another_json_type_is_refused_by_the_strict_reading(
     assert next(iter(start_input)) in start.coerced
 
 
-def test_the_defaults_keep_todays_behaviour_and_drop_bounds_restores_it() -> None:
+def test_the_defaults_keep_todays_behaviour_and_without_bounds_restores_it() -> None:
     assert not ScheduleInput().bounded()
     for bound in (
         {"catchup_window_ms": 1},
@@ -375,12 +376,49 @@ def test_the_defaults_keep_todays_behaviour_and_drop_bounds_restores_it() -> Non
         {"pause_on_failure": True},
     ):
         assert ScheduleInput.model_validate(bound).bounded()
-    core = bounded_core(catchup_window_ms=1, start_at=5_000, end_at=6_000, remaining_runs=0)
-    core.drop_bounds()
+        assert not ScheduleInput.model_validate(bound).without_bounds().bounded()
+    bounded = ScheduleInput.model_validate(
+        {"catchup_window_ms": 1, "start_at": 5_000, "end_at": 6_000, "remaining_runs": 0}
+    )
+    unbounded = bounded.without_bounds()
+    core = ScheduleCore(initial_state(unbounded), every, unbounded)
     set_every(core, 1_000, 0)
     assert isinstance(core.tick(9_500), Run)
     assert core.state.remaining_runs is None
-    plain = ScheduleCore(ScheduleState(), every, ScheduleInput(object_id="acct"))
+    plain = ScheduleCore(ScheduleState(), every, ScheduleInput())
     set_every(plain, 1_000, 0)
     assert isinstance(plain.tick(9_500), Run)
     assert plain.state == core.state
+
+
+def configured(core: ScheduleCore, now: int, **fields: Any) -> None:
+    """`configure` as the shell applies it: the settings, then the bounds it set."""
+    settings = parse_configure(fields, ScheduleInput(object_id="acct"))
+    core.use_settings(settings)
+    core.configure_bounds(settings, fields, now)
+
+
+def test_configure_sets_the_remaining_count_and_moves_the_next_tick_into_new_bounds() -> None:
+    core = bounded_core(remaining_runs=1)
+    set_every(core, 1_000, 0)
+    assert isinstance(core.tick(1_000), Run)
+    assert core.next_wake_at() is None  # spent
+    configured(core, 1_500, remaining_runs=2)
+    assert core.state.remaining_runs == 2 and core.next_wake_at() == 2_000
+    configured(core, 1_600, end_at=2_000)  # the next tick is at the end: none
+    assert core.next_wake_at() is None
+    configured(core, 1_700, end_at=10_000, start_at=5_000)
+    assert core.next_wake_at() == 5_000
+    configured(core, 1_800, start_at=3_000)  # within the new bounds: kept
+    assert core.next_wake_at() == 5_000
+    configured(core, 1_900, catchup_window_ms=10, pause_on_failure=True)
+    assert core.catchup_window_ms == 10 and core.pause_on_failure
+    assert core.next_wake_at() == 5_000  # untouched by what does not move ticks
+    assert core.state.remaining_runs == 2  # a configure without the count keeps it
+
+
+def test_configure_refuses_a_bad_bound_naming_it() -> None:
+    with pytest.raises(InvalidRequest, match="remaining_runs: Input should be"):
+        parse_configure({"remaining_runs": -1}, ScheduleInput(start_at=5))
+    with pytest.raises(InvalidRequest, match="end_at must be after start_at"):
+        parse_configure({"end_at": 5}, ScheduleInput(start_at=5))

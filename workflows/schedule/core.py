@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -384,13 +384,6 @@ class ScheduleCore:
             del self.state.dead_letters[:excess]
             self.state.dead_letters_dropped += excess
 
-    def drop_bounds(self) -> None:
-        """Run as if no bound were set: a history recorded before bounds existed, by a build
-        that ignored these start fields, replays as it ran (the shell's patch)."""
-        self.catchup_window_ms = self.start_at = self.end_at = None
-        self.pause_on_failure = False
-        self.state.remaining_runs = None
-
     # --- bounds on the schedule's life (start_at, end_at, remaining_runs) ---
 
     def bounded_next(self, expression: str, after_ms: int) -> int | None:
@@ -406,6 +399,27 @@ class ScheduleCore:
         if next_at is None or (self.end_at is not None and next_at >= self.end_at):
             return None
         return next_at
+
+    def configure_bounds(
+        self, settings: ScheduleInput, changed: Collection[str], now_ms: int
+    ) -> None:
+        """After `use_settings(settings)` on a `configure` that set the fields `changed`: a
+        `remaining_runs` given is the new count (`set_remaining_runs`); a `start_at` or
+        `end_at` given moves the next tick into the new bounds (searched from now), or ends
+        it. The window and `pause_on_failure` apply from the next tick and the next failure."""
+        if "remaining_runs" in changed:
+            self.set_remaining_runs(settings.remaining_runs, now_ms)
+        stored = self.state.schedule
+        moved = "start_at" in changed or "end_at" in changed
+        if not moved or stored is None or stored.expression is None:
+            return
+        if stored.next_at is None or not self._within_bounds(stored.next_at):
+            stored.next_at = self.bounded_next(stored.expression, now_ms)
+
+    def _within_bounds(self, next_at: int) -> bool:
+        return (self.start_at is None or next_at >= self.start_at) and (
+            self.end_at is None or next_at < self.end_at
+        )
 
     def set_remaining_runs(self, remaining: int | None, now_ms: int) -> None:
         """Set how many more ticks may record a run (None: no limit), as `configure` does:

@@ -155,7 +155,8 @@ class ScheduleInput(BaseModel):
 
     def without_bounds(self) -> ScheduleInput:
         """These settings with every bound at its default (unbounded)."""
-        return self.model_copy(update=dict.fromkeys(BOUND_FIELDS) | {"pause_on_failure": False})
+        unbounded: dict[str, Any] = dict.fromkeys(BOUND_FIELDS)
+        return self.model_copy(update={**unbounded, "pause_on_failure": False})
 
     def hosted_by(self) -> RunHost:
         """`run_host`, or what its absence means (also for a run's settings recorded before

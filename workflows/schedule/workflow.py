@@ -72,13 +72,14 @@ class DurabilityScheduleWorkflow:
         # cannot read would fail every workflow task; this way the schedule fails once.
         self._start = parse_start(lambda: decode_start_input(input), workflow.info().workflow_id)
         self._settings, carried = self._start.settings, self._start.carried
+        # Here, not in `run`: the first task's messages are handled before `run` begins. A
+        # run recorded without the marker runs as the build that recorded it: unbounded.
+        if self._settings.bounded() and not workflow.patched(SCHEDULE_BOUNDS_PATCH):
+            self._settings = self._settings.without_bounds()
         self._object_id = self._settings.object_id or ""
         self._core = ScheduleCore(
             carried or initial_state(self._settings), self.next_occurrence, self._settings
         )
-        # Here, not in `run`: the first task's messages are handled before `run` begins.
-        if self._settings.bounded() and not workflow.patched(SCHEDULE_BOUNDS_PATCH):
-            self._core.drop_bounds()
         # A bad signal payload raises InvalidRequest, a bad next_occurrence ValueError (S7).
         self._kernel = ShellKernel(ValueError, self._core.count_dropped_signal)
         self._day_rule = DayRule(
@@ -274,6 +275,7 @@ class DurabilityScheduleWorkflow:
         settings = parse_configure(raw, self._settings)
         self._settings = settings
         self._core.use_settings(settings)
+        self._core.configure_bounds(settings, raw, now_ms())  # raw: the fields it set
         for part in (self._lifecycle, self._deliveries, self._redeliveries, self._runs):
             part.use_settings(settings)
         self._kernel.wake()
