@@ -403,8 +403,8 @@ async def test_configure_gives_a_spent_schedule_more_runs_and_ends_it_via_the_cl
             dev_server_address, *cli, "schedule", "set", object_id, "@every 1s", "--version",
             "1", "--options", json.dumps({"remaining_runs": 2}),
         )  # fmt: skip
-        await eventually(spent, timeout=20)
-        assert len(recorder.started) == 2
+        await eventually(spent, timeout=20)  # the second tick recorded its run
+        await eventually(lambda: len(recorder.started) == 2, timeout=20)
         # Two more: the count is set again, and ticking resumes from now.
         await durability_cli(
             dev_server_address, *cli, "schedule", "configure", object_id,
