@@ -31,6 +31,7 @@ from workflows.schedule.models import (
     SetRequest,
     SkipReason,
 )
+from workflows.schedule.status import details
 
 
 def every(expression: str, after_ms: int) -> int | None:
@@ -422,3 +423,14 @@ def test_configure_refuses_a_bad_bound_naming_it() -> None:
         parse_configure({"remaining_runs": -1}, ScheduleInput(start_at=5))
     with pytest.raises(InvalidRequest, match="end_at must be after start_at"):
         parse_configure({"end_at": 5}, ScheduleInput(start_at=5))
+
+
+def test_the_ui_details_show_the_pause_note() -> None:
+    core = bounded_core()
+    set_every(core, 1_000, 0)
+    core.pause("waiting for new credentials")
+    shown = details(core.state, core.next_wake_at())
+    assert shown.startswith("**Paused.** waiting for new credentials  \n`every:1000`")
+    core.unpause(0)
+    core.pause()
+    assert details(core.state, None).startswith("**Paused.** `every:1000`")
