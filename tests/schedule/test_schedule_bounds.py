@@ -78,14 +78,22 @@ async def _missed_daily(
     return handle, missed, now
 
 
-async def test_a_daily_schedule_missed_for_three_days_skips_the_stale_tick_with_a_window(
+async def test_a_daily_schedule_missed_for_three_days_skips_the_stale_ticks_with_a_window(
     time_skipping_env: WorkflowEnvironment, task_queue: str, unique: str
 ) -> None:
     env = time_skipping_env
     recorder = ScheduleFake()
+    now = int((await env.get_current_time()).timestamp() * 1000)
+    today = now // DAY_MS * DAY_MS
+    # A window that today's occurrence (at midnight) is past, and one it is inside.
+    stale_window = 3_600_000 if now - today > 2 * 3_600_000 else max(1, (now - today) // 2)
+    wide_window = now - today + 600_000
     async with schedule_worker(env.client, task_queue, recorder.activities()):
         windowed, missed, now = await _missed_daily(
-            env, task_queue, f"w-{unique}", catchup_window_ms=3_600_000
+            env, task_queue, f"w-{unique}", catchup_window_ms=stale_window
+        )
+        caught, _, _ = await _missed_daily(
+            env, task_queue, f"c-{unique}", catchup_window_ms=wide_window
         )
         # Without a window the same state runs the stale tick, three days late (collapsed).
         plain, _, _ = await _missed_daily(env, task_queue, f"p-{unique}")
@@ -94,8 +102,14 @@ async def test_a_daily_schedule_missed_for_three_days_skips_the_stale_tick_with_
         assert skipped["scheduled_time"] == missed and skipped["reason"] == "catchup_window"
         next_day = (now // DAY_MS + 1) * DAY_MS
         assert (await windowed.query("get"))["next_at"] == next_day
+        # Inside the wide window today's occurrence runs for the two stale ones, skipped once.
+        await eventually(lambda: any(r["object_id"] == f"c-{unique}" for r in recorder.started))
+        [caught_skip] = skipped_events(recorder, f"c-{unique}")
+        assert caught_skip["scheduled_time"] == missed
+        assert await caught.query("skipped_ticks") == 1
         await eventually(lambda: any(r["object_id"] == f"p-{unique}" for r in recorder.started))
-        assert [r["scheduled_time"] for r in recorder.started] == [missed]
+        started = {(r["object_id"], r["scheduled_time"]) for r in recorder.started}
+        assert started == {(f"c-{unique}", today), (f"p-{unique}", missed)}
         assert await plain.query("skipped_ticks") == 0
         # The next day's tick is on time: it runs.
         await env.sleep(timedelta(milliseconds=next_day - now + 60_000))
@@ -107,7 +121,7 @@ async def test_a_daily_schedule_missed_for_three_days_skips_the_stale_tick_with_
             timeout=30,
         )
         assert await windowed.query("skipped_ticks") == 1
-        for handle in (windowed, plain):
+        for handle in (windowed, caught, plain):
             await handle.terminate("test done")
 
 

@@ -124,6 +124,7 @@ def test_ticks_record_at_most_remaining_runs_and_only_recorded_runs_count_down(
             recorded += 1
         elif isinstance(due, Skipped):
             skipped += 1
+        skipped += core.caught_up is not None
         # Runs end now and then, so some ticks find room and some do not.
         if advance % 3 == 0:
             for run in core.take_startable():
@@ -161,17 +162,64 @@ def test_a_tick_is_skipped_for_the_catchup_window_iff_it_fires_more_than_the_win
     assert view is not None and view["next_at"] > due_at + late - jitter
 
 
-def test_a_daily_schedule_missed_for_three_days_skips_the_stale_tick_once() -> None:
+def test_a_daily_schedule_missed_for_three_days_skips_the_stale_ticks_and_runs_todays() -> None:
     day = 86_400_000
     core = bounded_core(catchup_window_ms=3_600_000)
     set_every(core, day, 0)
+    # Back a minute after the third missed tick: the two stale ones are one skip, and the
+    # third, inside the window, runs for them.
     due = core.tick(3 * day + 60_000)
-    assert isinstance(due, Skipped) and due.reason == SkipReason.CATCHUP_WINDOW
-    assert due.scheduled_time == day
+    assert isinstance(due, Run) and due.scheduled_time == 3 * day
+    stale = core.caught_up
+    assert stale is not None and stale.reason == SkipReason.CATCHUP_WINDOW
+    assert stale.scheduled_time == day
     assert core.state.skipped_ticks == 1
+    assert core.get()["next_at"] == 4 * day  # type: ignore[index]
+
+
+def test_a_daily_schedule_back_after_the_window_skips_every_missed_tick_once() -> None:
+    day = 86_400_000
+    core = bounded_core(catchup_window_ms=3_600_000)
+    set_every(core, day, 0)
+    due = core.tick(3 * day + 2 * 3_600_000)
+    assert isinstance(due, Skipped) and due.reason == SkipReason.CATCHUP_WINDOW
+    assert due.scheduled_time == day and core.caught_up is None
+    assert core.state.skipped_ticks == 1 and not core.state.runs
     assert core.get()["next_at"] == 4 * day  # type: ignore[index]
     # The next day's tick, on time, runs.
     assert isinstance(core.tick(4 * day + 1_000), Run)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    step=st.sampled_from([100, 250, 1000]),
+    window=st.integers(1, 5_000),
+    jitter=st.integers(0, 99),
+    outage=st.integers(1, 20_000),
+)
+def test_after_an_outage_the_earliest_occurrence_inside_the_window_runs(
+    step: int, window: int, jitter: int, outage: int
+) -> None:
+    core = bounded_core(catchup_window_ms=window)
+    set_every(core, step, 0, jitter)
+    now = step + jitter + outage
+    due = core.tick(now)
+    missed = [t for t in range(step, now + 1, step) if t + jitter <= now]
+    inside = [t for t in missed if now - (t + jitter) <= window]
+    if inside and inside[0] == missed[0]:
+        # The first missed occurrence is inside the window: no skip, it runs (S6).
+        assert isinstance(due, Run) and due.scheduled_time == missed[0]
+        assert core.caught_up is None and core.state.skipped_ticks == 0
+    elif inside:
+        assert isinstance(due, Run) and due.scheduled_time == inside[0]
+        assert core.caught_up is not None and core.caught_up.scheduled_time == missed[0]
+        assert core.state.skipped_ticks == 1
+    else:
+        assert isinstance(due, Skipped) and due.scheduled_time == missed[0]
+        assert core.caught_up is None and not core.state.runs
+    assert len(core.state.runs) <= 1
+    view = core.get()
+    assert view is not None and view["next_at"] + jitter > now
 
 
 def test_without_a_window_a_late_tick_still_collapses_into_one_run() -> None:

@@ -355,6 +355,8 @@ class ScheduleCore:
     ) -> None:
         self.state = state
         self.next_occurrence = next_occurrence
+        # The stale occurrences the last `tick` skipped while a later one ran (see `tick`).
+        self.caught_up: Skipped | None = None
         self.use_settings(settings)
 
     def use_settings(self, settings: ScheduleInput) -> None:
@@ -618,9 +620,14 @@ class ScheduleCore:
 
     def tick(self, now_ms: int) -> Run | Skipped | None:
         """Fire the tick if due: record its run and advance `next_at` in one step. A tick
-        that fires more than `catchup_window_ms` late, or has no room for its run
-        (`room_for`), still advances `next_at`, is counted in `skipped_ticks` and returned
-        as `Skipped`: it never runs. A recorded run counts `remaining_runs` down."""
+        with no room for its run (`room_for`) still advances `next_at`, is counted in
+        `skipped_ticks` and returned as `Skipped`: it never runs. A recorded run counts
+        `remaining_runs` down.
+
+        With `catchup_window_ms`, missed occurrences that fired more than the window ago are
+        skipped as one (`catchup_window`, left in `caught_up` when a later one still runs);
+        the earliest missed occurrence inside the window, if any, runs for the rest (S6)."""
+        self.caught_up = None
         if self.state.paused:
             return None
         stored = self.state.schedule
@@ -629,12 +636,25 @@ class ScheduleCore:
             return None
         scheduled_time = stored.next_at
         assert scheduled_time is not None
+        if self.catchup_window_ms is not None and now_ms - fires_at > self.catchup_window_ms:
+            stale = Skipped(scheduled_time, fires_at, SkipReason.CATCHUP_WINDOW)
+            self.state.skipped_ticks += 1
+            # The first occurrence that fires within the window (at or after now - window).
+            recent = self.bounded_next(
+                stored.expression, now_ms - stored.jitter_ms - self.catchup_window_ms - 1
+            )
+            if recent is None or recent <= scheduled_time or recent + stored.jitter_ms > now_ms:
+                stored.next_at = self.bounded_next(
+                    stored.expression, max(scheduled_time, now_ms - stored.jitter_ms)
+                )
+                return stale
+            self.caught_up = stale
+            scheduled_time, fires_at = recent, recent + stored.jitter_ms
         after = max(scheduled_time, now_ms - stored.jitter_ms)
         stored.next_at = self.bounded_next(stored.expression, after)
         if scheduled_time in self.state.runs:
             return None
-        late = self.catchup_window_ms is not None and now_ms - fires_at > self.catchup_window_ms
-        reason = SkipReason.CATCHUP_WINDOW if late else self.room_for(1, stored.params)
+        reason = self.room_for(1, stored.params)
         if reason is not None:
             self.state.skipped_ticks += 1
             return Skipped(scheduled_time=scheduled_time, due_at=fires_at, reason=reason)

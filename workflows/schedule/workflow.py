@@ -182,12 +182,13 @@ class DurabilityScheduleWorkflow:
         self._day_rule.decide()
         due = self._core.tick(now)
         startable = [] if self._drain.going else self._core.take_startable()
-        if isinstance(due, Skipped):
+        skipped = [s for s in (self._core.caught_up, due) if isinstance(s, Skipped)]
+        for skip in skipped:
             workflow.logger.warning(
-                "skipped the tick %s of %s: %s", due.scheduled_time, self._object_id, due.reason
+                "skipped the tick %s of %s: %s", skip.scheduled_time, self._object_id, skip.reason
             )
-            self._emit(due.scheduled_time, "skipped", now, reason=due.reason)
-        elif due is not None:
+            self._emit(skip.scheduled_time, "skipped", now, reason=skip.reason)
+        if due is not None and not isinstance(due, Skipped):
             self._emit(due.scheduled_time, "due", now, queued=due not in startable)
             metrics.record(metrics.QUEUE_DEPTH, self._core.queued_count())
         for run, last_slot in zip(startable, self._core.takes_last_slot(startable), strict=True):
