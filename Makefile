@@ -48,13 +48,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# Test processes (pytest-xdist), each with its own dev server: the tests mostly wait on
+# servers and timers, so more processes than cores finish sooner (`TEST_PROCESSES=0`: one).
+# worksteal: an idle process takes tests queued for a busy one, so long tests spread out.
+TEST_PROCESSES ?= 4
+PYTEST := $(PY) -m pytest -q -n $(TEST_PROCESSES) --dist worksteal
+
 pytest: $(STAMP) browser tools
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 # The tests that send every message (marked `cacheless`), once more on workers that cache no
 # workflow: every workflow task is replayed from the first event, as on a worker that just started.
 pytest-cacheless: $(STAMP)
-	DURABILITY_TEST_MAX_CACHED_WORKFLOWS=0 $(PY) -m pytest -q -m cacheless
+	DURABILITY_TEST_MAX_CACHED_WORKFLOWS=0 $(PYTEST) -m cacheless
 
 test: lint typecheck pytest pytest-cacheless
 
