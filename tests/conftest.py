@@ -19,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from durability.connect import data_converter, interceptors
 from durability.devserver import test_server
-from tests.support.helpers import start_dev_server
+from tests.support.helpers import CACHE_SIZE_ENV, start_dev_server, starts_a_server
 from tests.support.server import free_port
 from workflows import search_attributes
 
@@ -53,6 +53,24 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         yield
     finally:
         timer.cancel()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The cacheless pass (CACHE_SIZE_ENV set) leaves out the `cacheless` tests that start no
+    server (core tests, replays): no worker of theirs has a cache, so they would only repeat
+    what the main pass ran."""
+    if os.environ.get(CACHE_SIZE_ENV) is None:
+        return
+    repeats = [
+        item
+        for item in items
+        if item.get_closest_marker("cacheless") is not None
+        and not starts_a_server(getattr(item, "fixturenames", ()))
+    ]
+    if repeats:
+        config.hook.pytest_deselected(items=repeats)
+        left_out = set(repeats)
+        items[:] = [item for item in items if item not in left_out]
 
 
 @pytest.fixture(scope="session")

@@ -38,8 +38,6 @@ from workflows.ledger.workflow import OperationLedgerWorkflow
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
-pytestmark = pytest.mark.cacheless
-
 FLOOD_SECONDS = 10
 SIGNAL_SENDERS = 3
 # Between one caller's updates: a caller that never pauses keeps every task busy with an
@@ -114,6 +112,7 @@ def waits(event: HistoryEvent) -> bool:
     )
 
 
+@pytest.mark.cacheless
 async def test_updates_racing_a_schedules_continue_as_new_are_never_aborted(
     client: Client, task_queue: str, unique: str
 ) -> None:
@@ -176,6 +175,7 @@ class FailsOnce:
         return self._once()
 
 
+# Not `cacheless`: its worker runs a stand-in workflow, not the product's, with the default cache.
 async def test_the_client_sends_again_an_update_temporal_aborted(
     client: Client, task_queue: str, unique: str
 ) -> None:
@@ -211,6 +211,7 @@ class NeverAnswers:
         return True
 
 
+# Not `cacheless`: its worker runs a stand-in workflow, not the product's, with the default cache.
 async def test_an_update_never_answered_fails_after_the_clients_bound(
     client: Client, task_queue: str, unique: str
 ) -> None:
@@ -228,6 +229,7 @@ async def _no_runs(handle: WorkflowHandle[Any, Any]) -> bool:
     return not await runs_of(handle)
 
 
+@pytest.mark.cacheless
 async def test_updates_racing_a_ledgers_continue_as_new_are_never_aborted(
     client: Client, task_queue: str, unique: str
 ) -> None:

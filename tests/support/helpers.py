@@ -36,6 +36,15 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CACHE_SIZE_ENV = "DURABILITY_TEST_MAX_CACHED_WORKFLOWS"
 
 
+# The session fixtures that start a server: a test that uses neither runs no worker.
+SERVER_FIXTURES = frozenset({"env", "time_skipping_env"})
+
+
+def starts_a_server(fixture_names: Sequence[str]) -> bool:
+    """Whether a test with these fixtures (its whole closure) starts a server."""
+    return not SERVER_FIXTURES.isdisjoint(fixture_names)
+
+
 def cache_options() -> dict[str, Any]:
     """Worker options for the suite's cache mode (see CACHE_SIZE_ENV)."""
     value = os.environ.get(CACHE_SIZE_ENV)
