@@ -50,9 +50,10 @@ typecheck: $(STAMP)
 
 # Test processes (pytest-xdist), each with its own dev server: the tests mostly wait on
 # servers and timers, so more processes than cores finish sooner (`TEST_PROCESSES=0`: one).
-# worksteal: an idle process takes tests queued for a busy one, so long tests spread out.
+# Each process takes the next test as it finishes one (`--maxschedchunk 1`), in collection
+# order, which puts the tests marked `slow` first (tests/conftest.py).
 TEST_PROCESSES ?= 4
-PYTEST := $(PY) -m pytest -q -n $(TEST_PROCESSES) --dist worksteal
+PYTEST := $(PY) -m pytest -q -n $(TEST_PROCESSES) --dist load --maxschedchunk 1
 
 pytest: $(STAMP) browser tools
 	$(PYTEST)

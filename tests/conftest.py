@@ -56,9 +56,13 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The cacheless pass (CACHE_SIZE_ENV set) leaves out the `cacheless` tests that start no
+    """Tests marked `slow` first, so that with several test processes none of them starts
+    last and runs alone at the end (the rest keep their order).
+
+    The cacheless pass (CACHE_SIZE_ENV set) leaves out the `cacheless` tests that start no
     server (core tests, replays): no worker of theirs has a cache, so they would only repeat
     what the main pass ran."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if os.environ.get(CACHE_SIZE_ENV) is None:
         return
     repeats = [

@@ -23,6 +23,7 @@ SUITE = ChaosConfig(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 async def test_fleet_survives_worker_kills_and_a_server_restart(tmp_path: Path) -> None:
     report = await run_chaos(SUITE, tmp_path, log=print)

@@ -54,6 +54,7 @@ async def run_event_kinds(client: Client, key: str) -> list[EventType.ValueType]
     return [event.event_type for event in history.events]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(170)
 async def test_workers_share_the_work_and_ticking_survives_all_but_one(
     client: Client, dev_server_address: str, tmp_path: Path

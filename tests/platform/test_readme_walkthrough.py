@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from durability.run import DEMO
 from tests.support.helpers import PROJECT_ROOT, start_run_stack
 
@@ -158,6 +160,7 @@ def test_the_walkthrough_is_read_as_steps_with_their_outputs() -> None:
     assert sum(len(step.prints) for step in steps) >= 5
 
 
+@pytest.mark.slow
 async def test_the_readme_walkthrough_runs_as_written_against_make_run(tmp_path: Path) -> None:
     steps = walkthrough_steps(README.read_text())
     data_dir, cwd = tmp_path / "data", tmp_path / "cwd"
