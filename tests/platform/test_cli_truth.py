@@ -88,6 +88,7 @@ LEDGER_COMMANDS = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 async def test_every_other_command_on_a_missing_id_says_no_such_and_creates_nothing(
     client: Client, dev_server_address: str, unique: str
 ) -> None:

@@ -67,6 +67,7 @@ async def plugin_worker(
         yield worker
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 # Not `cacheless`: its worker is a `python -m worker` process, which the suite's cache setting
 # does not reach; the cacheless pass would run it unchanged.

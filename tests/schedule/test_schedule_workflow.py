@@ -282,6 +282,7 @@ async def test_an_outcome_refused_max_attempts_times_is_dead_lettered_and_forgot
     assert result["delivered"] is False
 
 
+@pytest.mark.slow
 async def test_continue_as_new_keeps_in_flight_runs_and_duplicates_nothing(
     client: Client, task_queue: str, unique: str
 ) -> None:
