@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import signal
 import socket
 import subprocess
@@ -15,12 +17,33 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from durability.connect import connect
 from durability.devserver import dev_server_extra_args, temporal_cli
 
+# Ports this process handed out: a port is released by the probe before its user binds it,
+# so each test process draws from its own range below the kernel's ephemeral ports (where
+# the kernel picks for every other socket) and never hands the same port out twice.
+_PORTS_PER_PROCESS = 2000
+_PORT_BASE = 10_000
+_handed_out: set[int] = set()
+_draw = random.Random()  # its own: hypothesis seeds the shared one inside its tests
+
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
+    """A port on 127.0.0.1 that nothing listens on, from this test process's own range (see
+    above: `PYTEST_XDIST_WORKER` gw0, gw1, ... each has one)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) if worker.isdigit() else 0
+    low = _PORT_BASE + (index % 10) * _PORTS_PER_PROCESS
+    for _ in range(200):
+        port = _draw.randrange(low, low + _PORTS_PER_PROCESS)
+        if port in _handed_out:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
+    raise RuntimeError(f"no free port in [{low}, {low + _PORTS_PER_PROCESS})")
 
 
 # --------------------------------------------------------------------------- dev server
