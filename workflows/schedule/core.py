@@ -552,6 +552,12 @@ class ScheduleCore:
             self.state.pause_note = note
         return changed
 
+    def check_unpause(self, now_ms: int) -> None:
+        """Raise ValueError when `unpause` at `now_ms` would: `next_occurrence` fails (S7)."""
+        stored = self.state.schedule
+        if self.state.paused and stored is not None and stored.expression is not None:
+            checked_next(self.next_occurrence, stored.expression, now_ms)
+
     def unpause(self, now_ms: int) -> bool:
         """Resume ticking from now: ticks missed while paused are skipped, not collapsed. The
         pause note is cleared."""

@@ -323,12 +323,32 @@ class DurabilityScheduleWorkflow:
         """Reject a note that is not a string, or too long, before anything is recorded."""
         self._kernel.validate(parse_pause, raw)
 
+    @workflow.signal(name="pause")
+    def pause_signal(self, raw: Any = None) -> None:
+        """`pause` as a signal (what a batch operation can send); the payload is ignored."""
+        self._kernel.wake()
+        self._kernel.signal("pause", self._core.pause)
+
     @workflow.update(name="unpause")
     def unpause(self, raw: Any = None) -> bool:
         """Tick again from now; ticks missed while paused are skipped. Returns whether paused."""
         self._kernel.wake()
         self._day_rule.decide()
         return self._kernel.update(self._core.unpause, now_ms())
+
+    @workflow.signal(name="unpause")
+    def unpause_signal(self, raw: Any = None) -> None:
+        """`unpause` as a signal; the payload is ignored. One the schedule's `next_occurrence`
+        fails on (S7) is dropped and counted, and the schedule stays paused."""
+        self._kernel.wake()
+        self._day_rule.decide()
+        self._kernel.signal("unpause", self._unpause_checked, now_ms())
+
+    def _unpause_checked(self, now: int) -> bool:
+        # Ask `next_occurrence` before anything changes: a refusal then leaves the schedule
+        # paused (`ScheduleCore.unpause` clears `paused` before it asks).
+        self._core.check_unpause(now)
+        return self._core.unpause(now)
 
     @workflow.update(name="trigger")
     def trigger(self, raw: Any = None) -> int:
