@@ -1,0 +1,322 @@
+"""Bulk `pause`, `unpause` and `cancel`: one signal to every running schedule a visibility
+query matches, sent by a Temporal batch job, through the `durability` CLI against the dev
+server (and the `temporal` CLI to see the job and the schedules)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from temporalio.api.workflowservice.v1 import ListBatchOperationsRequest
+from temporalio.client import Client
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+
+from durability import cli
+from durability.client import (
+    MAX_BULK_QUERY_CHARS,
+    MAX_BULK_REASON_CHARS,
+    BatchBusyError,
+    DurabilityClient,
+    InvalidQueryError,
+    schedule_query,
+)
+from tests.support.cold_worker import assert_healthy
+from tests.support.helpers import (
+    durability_cli,
+    eventually,
+    production_replayer,
+    record_history,
+    replay_each,
+    schedule_worker,
+    temporal,
+)
+from workflows import search_attributes
+from workflows.schedule.run import ScheduledRunWorkflow
+from workflows.schedule.workflow import DurabilityScheduleWorkflow
+
+pytestmark = pytest.mark.cacheless
+
+YEARLY = "0 0 1 1 *"
+LONG_QUERY = "DurabilityObjectId = 'a)'" + " " * MAX_BULK_QUERY_CHARS
+
+
+async def _fleet(client: Client, task_queue: str, unique: str) -> tuple[list[str], str, str]:
+    """Three schedules `bulk-<unique>-a-<i>` and one `bulk-<unique>-b-0`, each live (yearly),
+    once visibility lists all four; returns the a-IDs, the b-ID and a query matching the a's."""
+    durability = DurabilityClient(client, task_queue)
+    group_a = [f"bulk-{unique}-a-{i}" for i in range(3)]
+    other = f"bulk-{unique}-b-0"
+    for object_id in [*group_a, other]:
+        assert await durability.set_schedule(object_id, YEARLY, 1)
+    query = f"DurabilityObjectId STARTS_WITH 'bulk-{unique}-a-'"
+    # Not a schedule, though the query matches it: never counted, never signalled.
+    await client.start_workflow(
+        "NotASchedule",
+        id=f"not-a-schedule-{unique}",
+        task_queue=f"{task_queue}-nobody",
+        search_attributes=TypedSearchAttributes(
+            [SearchAttributePair(search_attributes.OBJECT_ID, f"bulk-{unique}-a-9")]
+        ),
+    )
+
+    async def all_listed() -> bool:
+        every = await durability.match_schedules(f"DurabilityObjectId STARTS_WITH 'bulk-{unique}'")
+        return every.count == 4
+
+    await eventually(all_listed, timeout=30)
+    return group_a, other, query
+
+
+async def _paused(client: Client, object_id: str) -> bool:
+    return bool(await client.get_workflow_handle(f"schedule:{object_id}").query("paused"))
+
+
+async def _live(client: Client, object_id: str) -> bool:
+    return await client.get_workflow_handle(f"schedule:{object_id}").query("get") is not None
+
+
+async def _batch_jobs(client: Client) -> int:
+    listed = await client.workflow_service.list_batch_operations(
+        ListBatchOperationsRequest(namespace=client.namespace, page_size=1000)
+    )
+    return len(listed.operation_info)
+
+
+async def test_pause_unpause_cancel_by_query_reach_exactly_the_matching_schedules(
+    client: Client, dev_server_address: str, task_queue: str, unique: str
+) -> None:
+    cli_args = (dev_server_address, "--task-queue", task_queue, "--json", "schedule")
+    async with schedule_worker(client, task_queue):
+        group_a, other, query = await _fleet(client, task_queue, unique)
+        everyone = [*group_a, other]
+
+        # The dry run counts and lists, and sends nothing.
+        jobs_before = await _batch_jobs(client)
+        dry = await durability_cli(*cli_args, "pause", "--query", query, "--dry-run")
+        counted = json.loads(dry.stdout)
+        assert counted["matched"] == 3 and sorted(counted["object_ids"]) == group_a, counted
+        assert counted["job_id"] is None and "job" not in counted, counted
+        assert counted["query"] == schedule_query(query)
+        table = await durability_cli(
+            dev_server_address, "schedule", "pause", "--query", query, "--dry-run"
+        )
+        assert "3 running schedule(s)" in table.stdout, table.stdout
+        assert "nothing sent (dry run)" in table.stdout, table.stdout
+
+        # Without --yes: the count, then a refusal; nothing sent.
+        refused = await durability_cli(*cli_args, "pause", "--query", query, check=False)
+        assert refused.returncode == 1, refused
+        assert json.loads(refused.stdout)["matched"] == 3, refused.stdout
+        assert "nothing sent: add --yes to pause the 3 schedule(s)" in refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert await _batch_jobs(client) == jobs_before
+        assert [await _paused(client, o) for o in everyone] == [False] * 4
+
+        # With --yes: one batch job, waited for; exactly the matching schedules pause.
+        reason = f"maintenance window {unique}"
+        paused = await durability_cli(
+            *cli_args, "pause", "--query", query, "--yes", "--reason", reason
+        )
+        done = json.loads(paused.stdout)
+        job_id = done["job_id"]
+        assert done["job"] == {
+            "state": "completed", "matched": 3, "completed": 3, "failed": 0, "reason": reason,
+        }, done  # fmt: skip
+
+        async def only_a_paused() -> bool:
+            return [await _paused(client, o) for o in everyone] == [True, True, True, False]
+
+        await eventually(only_a_paused, timeout=20)
+        described = await temporal(
+            dev_server_address, "batch", "describe", "--job-id", job_id, "--output", "json"
+        )
+        job = json.loads(described.stdout)
+        assert job["reason"] == reason and "COMPLETED" in json.dumps(job).upper(), job
+        answered = await temporal(
+            dev_server_address,
+            "workflow", "query", "--workflow-id", f"schedule:{group_a[0]}", "--type", "paused",
+        )  # fmt: skip
+        assert "true" in answered.stdout, answered.stdout
+
+        # The default reason names the command and the user; unpause by query.
+        unpaused = json.loads(
+            (await durability_cli(*cli_args, "unpause", "--query", query, "--yes")).stdout
+        )
+        assert unpaused["job"]["completed"] == 3, unpaused
+        assert unpaused["job"]["reason"].startswith("durability schedule unpause --query, by ")
+
+        async def none_paused() -> bool:
+            return [await _paused(client, o) for o in everyone] == [False] * 4
+
+        await eventually(none_paused, timeout=20)
+
+        # Cancel by query, a tombstone version checked before sending; --no-wait returns at
+        # once with the job's ID.
+        cancelled = json.loads(
+            (
+                await durability_cli(
+                    *cli_args, "cancel", "--query", query, "--version", "5", "--yes", "--no-wait"
+                )
+            ).stdout
+        )
+        assert cancelled["job"]["state"] in ("running", "completed"), cancelled
+        durability = DurabilityClient(client, task_queue)
+        job_end = await durability.wait_bulk_job(cancelled["job_id"])
+        assert (job_end.state, job_end.completed, job_end.failed) == ("completed", 3, 0)
+
+        async def only_a_cancelled() -> bool:
+            return [await _live(client, o) for o in everyone] == [False, False, False, True]
+
+        await eventually(only_a_cancelled, timeout=20)
+        assert await durability.stored_version(group_a[0]) in (1, 5)  # published as it lands
+        # A matching query with no schedule left running sends nothing, even with --yes.
+        gone = f"DurabilityObjectId = 'bulk-{unique}-none'"
+        empty = await durability_cli(*cli_args, "pause", "--query", gone, "--yes")
+        assert json.loads(empty.stdout) == {
+            "query": schedule_query(gone), "matched": 0, "object_ids": [], "job_id": None,
+        }  # fmt: skip
+
+        for object_id in everyone:
+            await assert_healthy(client, client.get_workflow_handle(f"schedule:{object_id}"))
+        history = await client.get_workflow_handle(f"schedule:{group_a[0]}").fetch_history()
+        record_history("schedule_parent_0_1_1_bulk_signals", history)
+        replayer = production_replayer([DurabilityScheduleWorkflow, ScheduledRunWorkflow])
+        await replay_each(replayer, [history], 30)
+        for object_id in everyone:
+            await client.get_workflow_handle(f"schedule:{object_id}").terminate("test done")
+
+        # Closed schedules match no more.
+        async def none_running() -> bool:
+            return (await durability.match_schedules(query)).count == 0
+
+        await eventually(none_running, timeout=20)
+    await client.get_workflow_handle(f"not-a-schedule-{unique}").terminate("test done")
+
+
+@pytest.mark.parametrize(
+    ("query", "refusal"),
+    [
+        ("NoSuchAttribute = 1", "Temporal says: invalid query"),
+        ("DurabilityObjectId ==== 'x'", "Temporal says: invalid query"),
+        ("", "it must be a non-empty visibility query"),
+        ("   ", "it must be a non-empty visibility query"),
+        ("x = 1) OR (WorkflowType = 'OperationLedger'", "parentheses do not balance"),
+        ("(DurabilityObjectId = 'a'", "parentheses do not balance"),
+        (LONG_QUERY, f"more than {MAX_BULK_QUERY_CHARS}"),
+    ],
+    ids=["unknown-attribute", "syntax", "empty", "blank", "escapes-scope", "unclosed", "long"],
+)
+async def test_a_query_refused_names_it_and_sends_nothing(
+    client: Client, dev_server_address: str, task_queue: str, query: str, refusal: str
+) -> None:
+    before = await _batch_jobs(client)
+    for flags in (("--dry-run",), ("--yes",)):
+        result = await durability_cli(
+            dev_server_address, "schedule", "pause", "--query", query, *flags, check=False
+        )
+        assert result.returncode == 2, result
+        assert result.stderr.startswith(f"durability: --query {query!r:.40}"), result.stderr
+        assert refusal in result.stderr and "nothing sent" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    assert await _batch_jobs(client) == before
+
+
+def test_parentheses_inside_quotes_do_not_count() -> None:
+    assert schedule_query("DurabilityObjectId = 'a)' OR DurabilityObjectId = \"(b\"").endswith(
+        "AND (DurabilityObjectId = 'a)' OR DurabilityObjectId = \"(b\")"
+    )
+    assert schedule_query(r"DurabilityObjectId = 'it\'s (x'").endswith(r"'it\'s (x')")
+    with pytest.raises(InvalidQueryError, match="parentheses"):
+        schedule_query("DurabilityObjectId = 'a') OR (true")
+    with pytest.raises(InvalidQueryError, match="parentheses"):
+        schedule_query("DurabilityObjectId = 'open")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["pause"], "schedule pause needs an object_id or --query"),
+        (["unpause", "x", "--query", "q"], "give an object_id or --query, not both"),
+        (["pause", "x", "--dry-run"], "--dry-run goes with --query, not with an object_id"),
+        (["unpause", "x", "--yes"], "--yes goes with --query"),
+        (["cancel", "x", "--no-wait"], "--no-wait goes with --query"),
+        (["pause", "x", "--reason", "r"], "--reason goes with --query"),
+        (["cancel", "--query", "q", "--signal"], "--signal goes with an object_id"),
+        (["pause", "--query", "q", "--dry-run", "--yes"], "--dry-run sends nothing: --yes"),
+        (["pause", "--query", "q", "--dry-run", "--no-wait"], "--dry-run sends nothing: --no-w"),
+    ],
+)
+def test_bulk_usage_errors_name_the_option(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["schedule", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["cancel", "--query", "q = 1", "--version", "-1", "--yes"], "cancel.version"),
+        (["pause", "--query", "q = 1", "--reason", "", "--yes"], "--reason must be a non-empty"),
+        (
+            ["pause", "--query", "q = 1", "--reason", "r" * (MAX_BULK_REASON_CHARS + 1), "--yes"],
+            f"--reason must be at most {MAX_BULK_REASON_CHARS} characters",
+        ),
+    ],
+    ids=["cancel-version", "empty-reason", "long-reason"],
+)
+async def test_a_bad_payload_or_reason_is_refused_before_anything_is_sent(
+    client: Client, dev_server_address: str, argv: list[str], message: str
+) -> None:
+    before = await _batch_jobs(client)
+    result = await durability_cli(dev_server_address, "schedule", *argv, check=False)
+    assert result.returncode == 2, result
+    assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert result.stdout == ""  # not even counted
+    assert await _batch_jobs(client) == before
+    noise = await durability_cli(
+        dev_server_address, "schedule", "cancel", "--query", "q = 1", "--version", "x",
+        check=False,
+    )  # fmt: skip
+    assert noise.returncode == 2 and "--version: invalid int value: 'x'" in noise.stderr
+
+
+async def test_a_second_batch_job_while_one_runs_is_refused_clearly(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """The dev server, like Temporal by default, runs one batch job per namespace at a time
+    (`frontend.MaxConcurrentBatchOperationPerNamespace` = 1)."""
+    async with schedule_worker(client, task_queue):
+        group_a, _, query = await _fleet(client, task_queue, unique)
+        durability = DurabilityClient(client, task_queue)
+        refusal: BatchBusyError | None = None
+        for _ in range(5):  # the first job may end before the second is asked for
+            first = await durability.start_bulk("pause", query, reason="first")
+            try:
+                await durability.start_bulk("pause", query, reason="second")
+            except BatchBusyError as busy:
+                refusal = busy
+            await durability.wait_bulk_job(first)
+            if refusal is not None:
+                break
+        assert refusal is not None, "the second job started every time"
+        assert "nothing was sent" in str(refusal), refusal
+        assert "frontend.MaxConcurrentBatchOperationPerNamespace" in str(refusal), refusal
+        for object_id in group_a:
+            await client.get_workflow_handle(f"schedule:{object_id}").terminate("test done")
+
+
+def test_the_cli_says_another_batch_job_runs_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """How the CLI shows the refusal the test above gets from the server."""
+
+    async def busy(args: Any) -> Any:
+        raise BatchBusyError("Temporal runs no more batch jobs in namespace default now")
+
+    monkeypatch.setattr(cli, "execute", busy)
+    assert cli.main(["schedule", "pause", "--query", "q = 1", "--yes"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("durability: Temporal runs no more batch jobs"), err
+    assert "Traceback" not in err
