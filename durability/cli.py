@@ -1031,7 +1031,7 @@ def run_command(args: argparse.Namespace) -> int:
     except UnansweredError as error:  # a TimeoutError, so an OSError: before that clause
         return fail(str(error), 1)
     except InvalidQueryError as error:  # a ValueError: before that clause
-        return fail(f"--query {error.query!r:.300} refused: {error.reason}; nothing sent", 2)
+        return fail(f"--query {error.query!r:.300} refused: {error.reason}; nothing sent", 1)
     except NotDone as error:
         show(error.result, args)
         return fail(str(error), 1)

@@ -17,8 +17,10 @@ from durability.client import (
     MAX_BULK_QUERY_CHARS,
     MAX_BULK_REASON_CHARS,
     BatchBusyError,
+    BulkJob,
     DurabilityClient,
     InvalidQueryError,
+    ScheduleMatches,
     schedule_query,
 )
 from tests.support.cold_worker import assert_healthy
@@ -215,7 +217,7 @@ async def test_a_query_refused_names_it_and_sends_nothing(
         result = await durability_cli(
             dev_server_address, "schedule", "pause", "--query", query, *flags, check=False
         )
-        assert result.returncode == 2, result
+        assert result.returncode == 1, result  # as `list --query` refused by Temporal
         assert result.stderr.startswith(f"durability: --query {query!r:.40}"), result.stderr
         assert refusal in result.stderr and "nothing sent" in result.stderr, result.stderr
         assert "Traceback" not in result.stderr
@@ -320,3 +322,58 @@ def test_the_cli_says_another_batch_job_runs_without_a_traceback(
     err = capsys.readouterr().err
     assert err.startswith("durability: Temporal runs no more batch jobs"), err
     assert "Traceback" not in err
+
+
+class _FakeBulkClient:
+    """The bulk calls of DurabilityClient, answering as a job whose signals partly failed."""
+
+    def __init__(self, job: BulkJob) -> None:
+        self.job = job
+        self.started: list[tuple[str, str, str, int | None]] = []
+
+    async def match_schedules(self, query: str) -> ScheduleMatches:
+        return ScheduleMatches(query=schedule_query(query), count=2, object_ids=["a", "b"])
+
+    async def start_bulk(
+        self, message: str, query: str, *, reason: str, version: int | None = None
+    ) -> str:
+        self.started.append((message, query, reason, version))
+        return self.job.job_id
+
+    async def wait_bulk_job(self, job_id: str) -> BulkJob:
+        return self.job
+
+    async def bulk_job(self, job_id: str) -> BulkJob:
+        return self.job
+
+
+@pytest.mark.parametrize(
+    ("state", "failed", "code", "says"),
+    [
+        ("completed", 1, 1, "1 of 2 signal(s) failed"),
+        ("failed", 0, 1, "batch job job-1 failed"),
+        ("running", 0, 0, "still running: temporal batch describe --job-id job-1"),
+    ],
+)
+def test_a_job_whose_signals_did_not_all_arrive_prints_its_counts_and_exits_one(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    state: str,
+    failed: int,
+    code: int,
+    says: str,
+) -> None:
+    job = BulkJob("job-1", state, 2, 2 - failed, failed, "r", "q")
+    fake = _FakeBulkClient(job)
+
+    async def execute(args: Any) -> Any:
+        return await args.run(fake, args)
+
+    monkeypatch.setattr(cli, "execute", execute)
+    argv = ["schedule", "cancel", "--query", "q = 1", "--version", "4", "--yes"]
+    assert cli.main([*argv, "--reason", "r"]) == code
+    out, err = capsys.readouterr()
+    assert f"2 matched, {2 - failed} completed, {failed} failed" in out, out
+    assert says in (err if code else out), (out, err)
+    assert "Traceback" not in err
+    assert fake.started == [("cancel", "q = 1", "r", 4)]
