@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from temporalio import workflow
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from durability.registry import workflow_runner
@@ -192,7 +193,7 @@ def test_check_unpause_refuses_exactly_what_unpause_refuses_and_changes_nothing(
     try:
         core.check_unpause(now)
         checked: Exception | None = None
-    except ValueError as error:
+    except InvalidRequest as error:
         checked = error
     assert core.state.model_dump() == before
     refuses = paused and live and answer in ("same", "earlier", "text")
@@ -217,11 +218,12 @@ class RefusingSchedule(DurabilityScheduleWorkflow):
         await super().run(input)
 
 
-async def test_an_unpause_signal_next_occurrence_refuses_is_dropped_and_it_stays_paused(
+async def test_an_unpause_next_occurrence_refuses_changes_nothing(
     client: Client, task_queue: str, unique: str
 ) -> None:
     """A bulk unpause reaches a schedule whose `next_occurrence` fails on its expression: the
-    signal is counted in `dropped_signals` and nothing changes (no failed workflow task)."""
+    signal is counted in `dropped_signals` and nothing changes (no failed workflow task); the
+    update is refused before anything is recorded."""
     stored = {"version": 1, "expression": "0 0 1 1 *", "next_at": 4_102_444_800_000}
     async with Worker(
         client,
@@ -244,6 +246,18 @@ async def test_an_unpause_signal_next_occurrence_refuses_is_dropped_and_it_stays
         await handle.signal("unpause", {})
         await eventually(lambda: _dropped(handle, 2))
         assert await handle.query("paused") is True
+        # The update is refused by its validator: nothing recorded, still paused.
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update("unpause", {})
+        assert isinstance(refused.value.cause, ApplicationError)
+        assert refused.value.cause.type == "InvalidRequest"
+        assert "must return None or an integer strictly after" in refused.value.cause.message
+        assert await handle.query("paused") is True
+        assert (await handle.query("get"))["next_at"] == stored["next_at"]
+        events = [e async for e in handle.fetch_history_events()]
+        assert not [
+            e for e in events if e.HasField("workflow_execution_update_accepted_event_attributes")
+        ]
         await assert_healthy(client, handle)
         await handle.terminate("test done")
 

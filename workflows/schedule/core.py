@@ -553,10 +553,14 @@ class ScheduleCore:
         return changed
 
     def check_unpause(self, now_ms: int) -> None:
-        """Raise ValueError when `unpause` at `now_ms` would: `next_occurrence` fails (S7)."""
+        """Raise InvalidRequest when `unpause` at `now_ms` would fail: `next_occurrence` fails
+        on the live expression (S7)."""
         stored = self.state.schedule
         if self.state.paused and stored is not None and stored.expression is not None:
-            checked_next(self.next_occurrence, stored.expression, now_ms)
+            try:
+                checked_next(self.next_occurrence, stored.expression, now_ms)
+            except ValueError as error:
+                raise InvalidRequest(f"unpause refused: {error}") from None
 
     def unpause(self, now_ms: int) -> bool:
         """Resume ticking from now: ticks missed while paused are skipped, not collapsed. The

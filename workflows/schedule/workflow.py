@@ -336,6 +336,13 @@ class DurabilityScheduleWorkflow:
         self._day_rule.decide()
         return self._kernel.update(self._core.unpause, now_ms())
 
+    @unpause.validator
+    def validate_unpause(self, raw: Any = None) -> None:
+        """Reject an unpause the schedule's `next_occurrence` fails on (S7) before anything is
+        recorded (the handler would leave it unpaused with a stale `next_at`). Validators do
+        not run on replay: a history that recorded such an update replays as it ran."""
+        self._kernel.validate(self._core.check_unpause, now_ms())
+
     @workflow.signal(name="unpause")
     def unpause_signal(self, raw: Any = None) -> None:
         """`unpause` as a signal; the payload is ignored. One the schedule's `next_occurrence`
