@@ -645,23 +645,30 @@ class BulkJob:
 def schedule_query(query: str) -> str:
     """`query` scoped to running schedules: `WorkflowType = 'DurabilitySchedule' AND
     ExecutionStatus = 'Running' AND (<query>)`. InvalidQueryError when it is empty, longer
-    than MAX_BULK_QUERY_CHARS, or its parentheses do not balance (outside quotes): a query
-    that closes the scope's parenthesis could reach other workflows."""
+    than MAX_BULK_QUERY_CHARS, or could reach past the scope: a `)` that closes the scope's
+    parenthesis, an unclosed `(` or quote, or a comment (`/* */`, `--`, `#`), which the
+    server skips, parentheses in it included."""
     if not isinstance(query, str) or not query.strip():
         raise InvalidQueryError(str(query), "it must be a non-empty visibility query")
     if len(query) > MAX_BULK_QUERY_CHARS:
         raise InvalidQueryError(
             query, f"it is {len(query)} characters, more than {MAX_BULK_QUERY_CHARS}"
         )
-    if not _parentheses_balance(query):
-        raise InvalidQueryError(query, "its parentheses do not balance (outside quotes)")
+    outside_scope = _reaches_past_scope(query)
+    if outside_scope is not None:
+        raise InvalidQueryError(query, outside_scope)
     return f"WorkflowType = '{SCHEDULE_WORKFLOW}' AND ExecutionStatus = 'Running' AND ({query})"
 
 
-def _parentheses_balance(query: str) -> bool:
-    """Whether every `(` outside a quoted literal closes, and no `)` closes more than opened."""
+# What opens a comment in Temporal's visibility SQL.
+_COMMENTS = ("/*", "--", "#")
+
+
+def _reaches_past_scope(query: str) -> str | None:
+    """Why `query`, put inside `( )`, could reach past them, or None: read as the server's
+    tokenizer reads it, quoted literals (with backslash escapes) aside."""
     depth, quote, escaped = 0, "", False
-    for char in query:
+    for position, char in enumerate(query):
         if quote:
             if escaped:
                 escaped = False
@@ -671,13 +678,19 @@ def _parentheses_balance(query: str) -> bool:
                 quote = ""
         elif char in "'\"`":
             quote = char
+        elif query.startswith(_COMMENTS, position):
+            return "comments are not allowed (outside quotes)"
         elif char == "(":
             depth += 1
         elif char == ")":
             depth -= 1
             if depth < 0:
-                return False
-    return depth == 0 and not quote
+                return "a ')' closes more than it opened (outside quotes)"
+    if quote:
+        return f"a {quote} quote is not closed"
+    if depth:
+        return "a '(' is not closed (outside quotes)"
+    return None
 
 
 def bulk_payload(message: str, version: int | None = None) -> dict[str, Any]:

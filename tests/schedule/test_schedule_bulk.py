@@ -203,11 +203,28 @@ async def test_pause_unpause_cancel_by_query_reach_exactly_the_matching_schedule
         ("DurabilityObjectId ==== 'x'", "Temporal says: invalid query"),
         ("", "it must be a non-empty visibility query"),
         ("   ", "it must be a non-empty visibility query"),
-        ("x = 1) OR (WorkflowType = 'OperationLedger'", "parentheses do not balance"),
-        ("(DurabilityObjectId = 'a'", "parentheses do not balance"),
+        ("x = 1) OR (WorkflowType = 'OperationLedger'", "a ')' closes more than it opened"),
+        ("(DurabilityObjectId = 'a'", "a '(' is not closed"),
+        (
+            "DurabilityObjectId = 'a' /* ( */ ) OR (WorkflowType = 'OperationLedger' /* ) */",
+            "comments are not allowed",
+        ),
+        ("DurabilityObjectId = 'a' -- )", "comments are not allowed"),
+        ("DurabilityObjectId = 'a' # )", "comments are not allowed"),
         (LONG_QUERY, f"more than {MAX_BULK_QUERY_CHARS}"),
     ],
-    ids=["unknown-attribute", "syntax", "empty", "blank", "escapes-scope", "unclosed", "long"],
+    ids=[
+        "unknown-attribute",
+        "syntax",
+        "empty",
+        "blank",
+        "escapes-scope",
+        "unclosed",
+        "comment-escapes-scope",
+        "line-comment",
+        "hash-comment",
+        "long",
+    ],
 )
 async def test_a_query_refused_names_it_and_sends_nothing(
     client: Client, dev_server_address: str, task_queue: str, query: str, refusal: str
@@ -224,15 +241,16 @@ async def test_a_query_refused_names_it_and_sends_nothing(
     assert await _batch_jobs(client) == before
 
 
-def test_parentheses_inside_quotes_do_not_count() -> None:
-    assert schedule_query("DurabilityObjectId = 'a)' OR DurabilityObjectId = \"(b\"").endswith(
-        "AND (DurabilityObjectId = 'a)' OR DurabilityObjectId = \"(b\")"
-    )
+def test_parentheses_and_comment_marks_inside_quotes_do_not_count() -> None:
+    quoted = "DurabilityObjectId = 'a) -- #' OR DurabilityObjectId = \"(b /*\""
+    assert schedule_query(quoted).endswith(f"AND ({quoted})")
     assert schedule_query(r"DurabilityObjectId = 'it\'s (x'").endswith(r"'it\'s (x')")
-    with pytest.raises(InvalidQueryError, match="parentheses"):
+    with pytest.raises(InvalidQueryError, match=r"a '\)' closes more than it opened"):
         schedule_query("DurabilityObjectId = 'a') OR (true")
-    with pytest.raises(InvalidQueryError, match="parentheses"):
-        schedule_query("DurabilityObjectId = 'open")
+    with pytest.raises(InvalidQueryError, match="a ' quote is not closed"):
+        schedule_query("DurabilityObjectId = 'open) OR (x")
+    with pytest.raises(InvalidQueryError, match="comments are not allowed"):
+        schedule_query("DurabilityObjectId = 'a' /* ) OR ( */")
 
 
 @pytest.mark.parametrize(
