@@ -666,13 +666,14 @@ _COMMENTS = ("/*", "--", "#")
 
 def _reaches_past_scope(query: str) -> str | None:
     """Why `query`, put inside `( )`, could reach past them, or None: read as the server's
-    tokenizer reads it, quoted literals (with backslash escapes) aside."""
+    tokenizer reads it, quoted literals aside ('...' and "..." with backslash escapes,
+    `...` without)."""
     depth, quote, escaped = 0, "", False
     for position, char in enumerate(query):
         if quote:
             if escaped:
                 escaped = False
-            elif char == "\\":
+            elif char == "\\" and quote != "`":  # a `name` has no backslash escapes
                 escaped = True
             elif char == quote:
                 quote = ""

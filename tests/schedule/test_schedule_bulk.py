@@ -251,6 +251,9 @@ def test_parentheses_and_comment_marks_inside_quotes_do_not_count() -> None:
         schedule_query("DurabilityObjectId = 'open) OR (x")
     with pytest.raises(InvalidQueryError, match="comments are not allowed"):
         schedule_query("DurabilityObjectId = 'a' /* ) OR ( */")
+    # A backslash escapes nothing in a `name`: the `)` after it is outside.
+    with pytest.raises(InvalidQueryError, match=r"a '\)' closes more than it opened"):
+        schedule_query(r"`a\`) OR (`b`")
 
 
 @pytest.mark.parametrize(
