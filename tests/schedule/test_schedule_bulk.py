@@ -196,6 +196,31 @@ async def test_pause_unpause_cancel_by_query_reach_exactly_the_matching_schedule
     await client.get_workflow_handle(f"not-a-schedule-{unique}").terminate("test done")
 
 
+async def test_a_raw_callers_batch_signal_pauses_as_the_cli_does(
+    client: Client, dev_server_address: str, task_queue: str, unique: str
+) -> None:
+    """`temporal workflow signal --query ... --name pause` (the wire, contract 2.2) reaches
+    the same signal handler; the caller scopes the query itself."""
+    async with schedule_worker(client, task_queue):
+        group_a, other, query = await _fleet(client, task_queue, unique)
+        await temporal(
+            dev_server_address,
+            "workflow", "signal", "--query", schedule_query(query), "--name", "pause",
+            "--input", "{}", "--reason", f"raw {unique}", "--yes",
+        )  # fmt: skip
+
+        async def only_a_paused() -> bool:
+            states = [await _paused(client, o) for o in [*group_a, other]]
+            return states == [True, True, True, False]
+
+        await eventually(only_a_paused, timeout=30)
+        for object_id in [*group_a, other]:
+            handle = client.get_workflow_handle(f"schedule:{object_id}")
+            assert await handle.query("dropped_signals") == 0
+            await handle.terminate("test done")
+    await client.get_workflow_handle(f"not-a-schedule-{unique}").terminate("test done")
+
+
 @pytest.mark.parametrize(
     ("query", "refusal"),
     [
@@ -311,7 +336,7 @@ async def test_a_second_batch_job_while_one_runs_is_refused_clearly(
     """The dev server, like Temporal by default, runs one batch job per namespace at a time
     (`frontend.MaxConcurrentBatchOperationPerNamespace` = 1)."""
     async with schedule_worker(client, task_queue):
-        group_a, _, query = await _fleet(client, task_queue, unique)
+        group_a, other, query = await _fleet(client, task_queue, unique)
         durability = DurabilityClient(client, task_queue)
         refusal: BatchBusyError | None = None
         for _ in range(5):  # the first job may end before the second is asked for
@@ -326,8 +351,9 @@ async def test_a_second_batch_job_while_one_runs_is_refused_clearly(
         assert refusal is not None, "the second job started every time"
         assert "nothing was sent" in str(refusal), refusal
         assert "frontend.MaxConcurrentBatchOperationPerNamespace" in str(refusal), refusal
-        for object_id in group_a:
+        for object_id in [*group_a, other]:
             await client.get_workflow_handle(f"schedule:{object_id}").terminate("test done")
+    await client.get_workflow_handle(f"not-a-schedule-{unique}").terminate("test done")
 
 
 def test_the_cli_says_another_batch_job_runs_without_a_traceback(
