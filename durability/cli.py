@@ -199,7 +199,7 @@ async def schedule_unpause(client: DurabilityClient, args: argparse.Namespace) -
 
 # The commands that take `--query` instead of an object ID: one signal to every running
 # schedule the query matches, sent by a Temporal batch job.
-BULK_COMMANDS = ("pause", "unpause", "cancel")
+BULK_COMMANDS = ("pause", "unpause", "cancel", "configure")
 BULK_OPTIONS = ("dry_run", "yes", "no_wait", "reason")
 
 
@@ -210,9 +210,10 @@ async def schedule_bulk(client: DurabilityClient, args: argparse.Namespace) -> A
 
     args.show = show_bulk
     version = getattr(args, "version", None)
+    changes = args.set if args.command == "configure" else None
     # Checked before anything is sent: the query, the payload and the reason.
     schedule_query(args.query)
-    bulk_payload(args.command, version)
+    bulk_payload(args.command, version, changes)
     try:
         reason = bulk_reason(default_reason(args.command) if args.reason is None else args.reason)
     except ValueError as error:
@@ -232,7 +233,9 @@ async def schedule_bulk(client: DurabilityClient, args: argparse.Namespace) -> A
             f"nothing sent: add --yes to {args.command} the {matches.count} schedule(s) "
             "--query matches (--dry-run lists them and sends nothing)",
         )
-    job_id = await client.start_bulk(args.command, args.query, reason=reason, version=version)
+    job_id = await client.start_bulk(
+        args.command, args.query, reason=reason, version=version, changes=changes
+    )
     result["job_id"] = job_id
     job = await (client.bulk_job(job_id) if args.no_wait else client.wait_bulk_job(job_id))
     result["job"] = {
@@ -597,6 +600,8 @@ def show_snapshot(result: Any, args: argparse.Namespace) -> str:
 
 
 async def schedule_configure(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    if args.query is not None:
+        return await schedule_bulk(client, args)
     if args.signal:
         await client.signal_configure_schedule(args.object_id, args.set)
         return {"signalled": True}

@@ -582,7 +582,7 @@ async def _listed_memo(
 
 # The messages a batch operation can send (Temporal batches only signals): each is a signal
 # of the schedule's too.
-BULK_MESSAGES = ("pause", "unpause", "cancel")
+BULK_MESSAGES = ("pause", "unpause", "cancel", "configure")
 # How many of the matching schedules' IDs `match_schedules` lists with the count.
 BULK_SAMPLE = 20
 # The bounds of what a bulk call sends (the query is the caller's part of it).
@@ -694,18 +694,30 @@ def _reaches_past_scope(query: str) -> str | None:
     return None
 
 
-def bulk_payload(message: str, version: int | None = None) -> dict[str, Any]:
+def bulk_payload(
+    message: str, version: int | None = None, changes: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The signal payload a bulk `message` sends, checked as the schedule checks it (a signal
-    it refuses is dropped): `{}`, or cancel's `{"version": n}`."""
+    it refuses is dropped): `{}`, cancel's `{"version": n}`, or configure's `changes` (a
+    partial start input, checked on the default settings: each schedule checks it again on
+    its own, and drops it if its own settings make it refuse)."""
     if message not in BULK_MESSAGES:
         raise ValueError(f"message must be one of {', '.join(BULK_MESSAGES)}, got {message!r}")
-    if message != "cancel":
-        if version is not None:
-            raise ValueError(f"version is cancel's only, got version={version!r} for {message}")
-        return {}
-    payload = _cancel_payload(version)
-    _check_cancel(payload)  # InvalidRequest naming cancel.version
-    return payload
+    if version is not None and message != "cancel":
+        raise ValueError(f"version is cancel's only, got version={version!r} for {message}")
+    if (changes is None) != (message != "configure"):
+        raise ValueError(f"changes are configure's and only configure's, got {changes!r:.200}")
+    if message == "cancel":
+        payload = _cancel_payload(version)
+        _check_cancel(payload)  # InvalidRequest naming cancel.version
+        return payload
+    if changes is not None:
+        from workflows.schedule.models import ScheduleInput
+
+        payload = dict(changes) if isinstance(changes, Mapping) else changes
+        _check_configure("schedule", payload, ScheduleInput().model_dump(mode="json"))
+        return payload
+    return {}
 
 
 def bulk_reason(reason: str) -> str:
@@ -1355,18 +1367,30 @@ class DurabilityClient:
         return ScheduleMatches(query=scoped, count=int(counted.count), object_ids=ids)
 
     async def start_bulk(
-        self, message: str, query: str, *, reason: str, version: int | None = None
+        self,
+        message: str,
+        query: str,
+        *,
+        reason: str,
+        version: int | None = None,
+        changes: Mapping[str, Any] | None = None,
     ) -> str:
-        """Start a Temporal batch job sending the `message` signal (`pause`, `unpause`, or
-        `cancel` with its optional `version`) to every running schedule `query` matches when
-        the job runs; returns its job ID (`temporal batch describe --job-id`). `reason` is
-        recorded on the job. Checked before anything is sent: InvalidQueryError, ValueError
-        for a bad message, version or reason; BatchBusyError while another job runs."""
+        """Start a Temporal batch job sending the `message` signal (`pause`, `unpause`,
+        `cancel` with its optional `version`, or `configure` with its `changes`) to every
+        running schedule `query` matches when the job runs; returns its job ID (`temporal
+        batch describe --job-id`). `reason` is recorded on the job. Checked before anything
+        is sent: InvalidQueryError; ValueError (InvalidRequest for the payload) for a bad
+        message, version, changes or reason; BatchBusyError while another job runs."""
         scoped = schedule_query(query)
-        payload = bulk_payload(message, version)
+        payload = bulk_payload(message, version, changes)
         reason = bulk_reason(reason)
         job_id = f"durability-schedule-{message}-{uuid.uuid4().hex}"
         encoded = await self.temporal.data_converter.encode([payload])
+        if encoded[0].ByteSize() > MAX_MESSAGE_BYTES:
+            raise ValueError(
+                f"the {message} payload is {encoded[0].ByteSize()} bytes encoded, more than "
+                f"the limit of {MAX_MESSAGE_BYTES}"
+            )
         request = StartBatchOperationRequest(
             namespace=self.temporal.namespace,
             visibility_query=scoped,

@@ -196,6 +196,43 @@ async def test_pause_unpause_cancel_by_query_reach_exactly_the_matching_schedule
     await client.get_workflow_handle(f"not-a-schedule-{unique}").terminate("test done")
 
 
+async def test_configure_by_query_changes_exactly_the_matching_schedules_settings(
+    client: Client, dev_server_address: str, task_queue: str, unique: str
+) -> None:
+    cli_args = (dev_server_address, "--task-queue", task_queue, "--json", "schedule")
+    changes = '{"max_queued_runs": 7, "overlap": "skip"}'
+    async with schedule_worker(client, task_queue):
+        group_a, other, query = await _fleet(client, task_queue, unique)
+        dry = await durability_cli(
+            *cli_args, "configure", "--query", query, "--set", changes, "--dry-run"
+        )
+        assert json.loads(dry.stdout)["matched"] == 3, dry.stdout
+        done = json.loads(
+            (
+                await durability_cli(
+                    *cli_args, "configure", "--query", query, "--set", changes, "--yes"
+                )
+            ).stdout
+        )
+        assert (done["job"]["completed"], done["job"]["failed"]) == (3, 0), done
+
+        async def settings_of(object_id: str) -> tuple[int, str]:
+            answer = await client.get_workflow_handle(f"schedule:{object_id}").query("settings")
+            return answer["max_queued_runs"], answer["overlap"]
+
+        async def only_a_configured() -> bool:
+            found = [await settings_of(o) for o in [*group_a, other]]
+            return found == [(7, "skip")] * 3 + [(100, "queue")]
+
+        await eventually(only_a_configured, timeout=20)
+        for object_id in [*group_a, other]:
+            handle = client.get_workflow_handle(f"schedule:{object_id}")
+            assert await handle.query("dropped_signals") == 0
+            await assert_healthy(client, handle)
+            await handle.terminate("test done")
+    await client.get_workflow_handle(f"not-a-schedule-{unique}").terminate("test done")
+
+
 async def test_a_raw_callers_batch_signal_pauses_as_the_cli_does(
     client: Client, dev_server_address: str, task_queue: str, unique: str
 ) -> None:
@@ -293,6 +330,9 @@ def test_parentheses_and_comment_marks_inside_quotes_do_not_count() -> None:
         (["cancel", "--query", "q", "--signal"], "--signal goes with an object_id"),
         (["pause", "--query", "q", "--dry-run", "--yes"], "--dry-run sends nothing: --yes"),
         (["pause", "--query", "q", "--dry-run", "--no-wait"], "--dry-run sends nothing: --no-w"),
+        (["configure", "x", "--query", "q", "--set", "{}"], "give an object_id or --query, not"),
+        (["configure", "--query", "q", "--set", '{"overlap": "skip"}', "--signal"], "--signal go"),
+        (["configure", "--query", "q = 1", "--set", "nope", "--yes"], "--set must be JSON"),
     ],
 )
 def test_bulk_usage_errors_name_the_option(
@@ -311,8 +351,32 @@ def test_bulk_usage_errors_name_the_option(
             ["pause", "--query", "q = 1", "--reason", "r" * (MAX_BULK_REASON_CHARS + 1), "--yes"],
             f"--reason must be at most {MAX_BULK_REASON_CHARS} characters",
         ),
+        (
+            ["configure", "--query", "q = 1", "--set", '{"max_concurrent_runs": 0}', "--yes"],
+            "invalid configure: max_concurrent_runs: Input should be greater than or equal to 1",
+        ),
+        (
+            ["configure", "--query", "q = 1", "--set", '{"object_id": "x"}', "--yes"],
+            "configure.object_id cannot change",
+        ),
+        (
+            ["configure", "--query", "q = 1", "--set", "{}", "--yes"],
+            "configure payload must be a non-empty JSON object",
+        ),
+        (
+            ["configure", "--query", "q = 1", "--set", '{"max_queued_runs": "7"}', "--yes"],
+            "invalid configure: max_queued_runs: Input should be a valid integer (got '7')",
+        ),
     ],
-    ids=["cancel-version", "empty-reason", "long-reason"],
+    ids=[
+        "cancel-version",
+        "empty-reason",
+        "long-reason",
+        "configure-range",
+        "configure-fixed",
+        "configure-empty",
+        "configure-type",
+    ],
 )
 async def test_a_bad_payload_or_reason_is_refused_before_anything_is_sent(
     client: Client, dev_server_address: str, argv: list[str], message: str
@@ -382,8 +446,15 @@ class _FakeBulkClient:
         return ScheduleMatches(query=schedule_query(query), count=2, object_ids=["a", "b"])
 
     async def start_bulk(
-        self, message: str, query: str, *, reason: str, version: int | None = None
+        self,
+        message: str,
+        query: str,
+        *,
+        reason: str,
+        version: int | None = None,
+        changes: dict[str, Any] | None = None,
     ) -> str:
+        assert changes is None
         self.started.append((message, query, reason, version))
         return self.job.job_id
 
