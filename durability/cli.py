@@ -211,9 +211,10 @@ async def schedule_bulk(client: DurabilityClient, args: argparse.Namespace) -> A
     args.show = show_bulk
     version = getattr(args, "version", None)
     changes = args.set if args.command == "configure" else None
+    note = getattr(args, "note", None)
     # Checked before anything is sent: the query, the payload and the reason.
     schedule_query(args.query)
-    bulk_payload(args.command, version, changes)
+    bulk_payload(args.command, version=version, changes=changes, note=note)
     try:
         reason = bulk_reason(default_reason(args.command) if args.reason is None else args.reason)
     except ValueError as error:
@@ -234,7 +235,7 @@ async def schedule_bulk(client: DurabilityClient, args: argparse.Namespace) -> A
             "--query matches (--dry-run lists them and sends nothing)",
         )
     job_id = await client.start_bulk(
-        args.command, args.query, reason=reason, version=version, changes=changes
+        args.command, args.query, reason=reason, version=version, changes=changes, note=note
     )
     result["job_id"] = job_id
     job = await (client.bulk_job(job_id) if args.no_wait else client.wait_bulk_job(job_id))

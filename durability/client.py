@@ -695,18 +695,28 @@ def _reaches_past_scope(query: str) -> str | None:
 
 
 def bulk_payload(
-    message: str, version: int | None = None, changes: Mapping[str, Any] | None = None
+    message: str,
+    *,
+    version: int | None = None,
+    changes: Mapping[str, Any] | None = None,
+    note: str | None = None,
 ) -> dict[str, Any]:
     """The signal payload a bulk `message` sends, checked as the schedule checks it (a signal
-    it refuses is dropped): `{}`, cancel's `{"version": n}`, or configure's `changes` (a
-    partial start input, checked on the default settings: each schedule checks it again on
-    its own, and drops it if its own settings make it refuse)."""
+    it refuses is dropped): `{}`, pause's `{"note": str}`, cancel's `{"version": n}`, or
+    configure's `changes` (a partial start input, checked on the default settings: each
+    schedule checks it again on its own, and drops it if its own settings make it refuse)."""
     if message not in BULK_MESSAGES:
         raise ValueError(f"message must be one of {', '.join(BULK_MESSAGES)}, got {message!r}")
     if version is not None and message != "cancel":
         raise ValueError(f"version is cancel's only, got version={version!r} for {message}")
+    if note is not None and message != "pause":
+        raise ValueError(f"note is pause's only, got note={note!r:.200} for {message}")
     if (changes is None) != (message != "configure"):
         raise ValueError(f"changes are configure's and only configure's, got {changes!r:.200}")
+    if note is not None:
+        payload = {"note": note}
+        _check_pause(payload)  # InvalidRequest naming pause.note
+        return payload
     if message == "cancel":
         payload = _cancel_payload(version)
         _check_cancel(payload)  # InvalidRequest naming cancel.version
@@ -1374,15 +1384,17 @@ class DurabilityClient:
         reason: str,
         version: int | None = None,
         changes: Mapping[str, Any] | None = None,
+        note: str | None = None,
     ) -> str:
-        """Start a Temporal batch job sending the `message` signal (`pause`, `unpause`,
-        `cancel` with its optional `version`, or `configure` with its `changes`) to every
+        """Start a Temporal batch job sending the `message` signal (`pause` with its optional
+        `note`, `unpause`, `cancel` with its optional `version`, or `configure` with its
+        `changes`) to every
         running schedule `query` matches when the job runs; returns its job ID (`temporal
         batch describe --job-id`). `reason` is recorded on the job. Checked before anything
         is sent: InvalidQueryError; ValueError (InvalidRequest for the payload) for a bad
         message, version, changes or reason; BatchBusyError while another job runs."""
         scoped = schedule_query(query)
-        payload = bulk_payload(message, version, changes)
+        payload = bulk_payload(message, version=version, changes=changes, note=note)
         reason = bulk_reason(reason)
         job_id = f"durability-schedule-{message}-{uuid.uuid4().hex}"
         encoded = await self.temporal.data_converter.encode([payload])

@@ -34,6 +34,7 @@ from tests.support.helpers import (
     temporal,
 )
 from workflows import search_attributes
+from workflows.schedule.core import MAX_PAUSE_NOTE_LENGTH
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
@@ -72,6 +73,11 @@ async def _fleet(client: Client, task_queue: str, unique: str) -> tuple[list[str
 
 async def _paused(client: Client, object_id: str) -> bool:
     return bool(await client.get_workflow_handle(f"schedule:{object_id}").query("paused"))
+
+
+async def _pause_note(client: Client, object_id: str) -> str | None:
+    note: str | None = await client.get_workflow_handle(f"schedule:{object_id}").query("pause_note")
+    return note
 
 
 async def _live(client: Client, object_id: str) -> bool:
@@ -117,8 +123,9 @@ async def test_pause_unpause_cancel_by_query_reach_exactly_the_matching_schedule
 
         # With --yes: one batch job, waited for; exactly the matching schedules pause.
         reason = f"maintenance window {unique}"
+        note = f"billing API down ({unique})"
         paused = await durability_cli(
-            *cli_args, "pause", "--query", query, "--yes", "--reason", reason
+            *cli_args, "pause", "--query", query, "--yes", "--reason", reason, "--note", note
         )
         done = json.loads(paused.stdout)
         job_id = done["job_id"]
@@ -130,6 +137,8 @@ async def test_pause_unpause_cancel_by_query_reach_exactly_the_matching_schedule
             return [await _paused(client, o) for o in everyone] == [True, True, True, False]
 
         await eventually(only_a_paused, timeout=20)
+        notes = [await _pause_note(client, o) for o in everyone]
+        assert notes == [note, note, note, None], notes
         described = await temporal(
             dev_server_address, "batch", "describe", "--job-id", job_id, "--output", "json"
         )
@@ -152,6 +161,7 @@ async def test_pause_unpause_cancel_by_query_reach_exactly_the_matching_schedule
             return [await _paused(client, o) for o in everyone] == [False] * 4
 
         await eventually(none_paused, timeout=20)
+        assert [await _pause_note(client, o) for o in everyone] == [None] * 4
 
         # Cancel by query, a tombstone version checked before sending; --no-wait returns at
         # once with the job's ID.
@@ -352,6 +362,10 @@ def test_bulk_usage_errors_name_the_option(
             f"--reason must be at most {MAX_BULK_REASON_CHARS} characters",
         ),
         (
+            ["pause", "--query", "q = 1", "--note", "n" * (MAX_PAUSE_NOTE_LENGTH + 1), "--yes"],
+            f"pause.note is {MAX_PAUSE_NOTE_LENGTH + 1} characters",
+        ),
+        (
             ["configure", "--query", "q = 1", "--set", '{"max_concurrent_runs": 0}', "--yes"],
             "invalid configure: max_concurrent_runs: Input should be greater than or equal to 1",
         ),
@@ -372,6 +386,7 @@ def test_bulk_usage_errors_name_the_option(
         "cancel-version",
         "empty-reason",
         "long-reason",
+        "long-note",
         "configure-range",
         "configure-fixed",
         "configure-empty",
@@ -453,8 +468,9 @@ class _FakeBulkClient:
         reason: str,
         version: int | None = None,
         changes: dict[str, Any] | None = None,
+        note: str | None = None,
     ) -> str:
-        assert changes is None
+        assert changes is None and note is None
         self.started.append((message, query, reason, version))
         return self.job.job_id
 

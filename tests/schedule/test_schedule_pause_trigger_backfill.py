@@ -167,24 +167,28 @@ async def test_pause_trigger_backfill_through_the_cli_reach_the_run_activity(
     live=st.booleans(),
     now=st.integers(20_000, 10**9),
     answer=st.sampled_from(["next", "same", "earlier", "none", "text"]),
+    remaining=st.none() | st.integers(0, 3),
+    start_at=st.none() | st.integers(0, 2 * 10**9),
 )
 def test_check_unpause_refuses_exactly_what_unpause_refuses_and_changes_nothing(
-    paused: bool, live: bool, now: int, answer: str
+    paused: bool, live: bool, now: int, answer: str, remaining: int | None, start_at: int | None
 ) -> None:
     """The `unpause` signal asks `check_unpause` first, so a refusal leaves it paused."""
-    asked_after: list[int] = []
+    misbehaving = False  # from once the schedule is set
 
     def reading(expression: str, after_ms: int) -> Any:
-        if after_ms < 20_000:  # the `set` below is checked well before `now`
+        if not misbehaving:
             return every(expression, after_ms)
-        asked_after.append(after_ms)
         return {
             "next": after_ms + 1000, "same": after_ms, "earlier": after_ms - 1, "none": None,
             "text": "soon",
         }[answer]  # fmt: skip
 
-    core = ScheduleCore(ScheduleState(), reading, ScheduleInput(max_concurrent_runs=2))
+    settings = ScheduleInput(max_concurrent_runs=2, start_at=start_at)
+    core = ScheduleCore(ScheduleState(), reading, settings)
     core.set(SetRequest(expression="every:1000", version=1), 10_500, lambda m: 0)
+    core.state.remaining_runs = remaining  # a spent count asks `next_occurrence` nothing
+    misbehaving = True
     if not live:
         core.cancel(CancelRequest())
     if paused:
@@ -196,7 +200,7 @@ def test_check_unpause_refuses_exactly_what_unpause_refuses_and_changes_nothing(
     except InvalidRequest as error:
         checked = error
     assert core.state.model_dump() == before
-    refuses = paused and live and answer in ("same", "earlier", "text")
+    refuses = paused and live and remaining != 0 and answer in ("same", "earlier", "text")
     assert (checked is not None) == refuses, (checked, paused, live, answer)
     if refuses:
         with pytest.raises(ValueError, match="must return None or an integer strictly after"):
@@ -246,6 +250,12 @@ async def test_an_unpause_next_occurrence_refuses_changes_nothing(
         await handle.signal("unpause", {})
         await eventually(lambda: _dropped(handle, 2))
         assert await handle.query("paused") is True
+        await handle.signal("pause", {"note": 5})  # a bad note: dropped, the note unchanged
+        await eventually(lambda: _dropped(handle, 3))
+        assert await handle.query("pause_note") is None
+        await handle.signal("pause", {"note": "why"})
+        await eventually(lambda: _note_is(handle, "why"))
+        assert await handle.query("dropped_signals") == 3
         # The update is refused by its validator: nothing recorded, still paused.
         with pytest.raises(WorkflowUpdateFailedError) as refused:
             await handle.execute_update("unpause", {})
@@ -264,3 +274,7 @@ async def test_an_unpause_next_occurrence_refuses_changes_nothing(
 
 async def _dropped(handle: WorkflowHandle[Any, Any], count: int) -> bool:
     return bool(await handle.query("dropped_signals") == count)
+
+
+async def _note_is(handle: WorkflowHandle[Any, Any], note: str) -> bool:
+    return bool(await handle.query("pause_note") == note)

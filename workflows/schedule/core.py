@@ -558,7 +558,7 @@ class ScheduleCore:
         stored = self.state.schedule
         if self.state.paused and stored is not None and stored.expression is not None:
             try:
-                checked_next(self.next_occurrence, stored.expression, now_ms)
+                self.bounded_next(stored.expression, now_ms)  # as `unpause` asks it
             except ValueError as error:
                 raise InvalidRequest(f"unpause refused: {error}") from None
 

@@ -325,9 +325,10 @@ class DurabilityScheduleWorkflow:
 
     @workflow.signal(name="pause")
     def pause_signal(self, raw: Any = None) -> None:
-        """`pause` as a signal (what a batch operation can send); the payload is ignored."""
+        """`pause` as a signal (what a batch operation can send): a bad note is logged,
+        counted and dropped."""
         self._kernel.wake()
-        self._kernel.signal("pause", self._core.pause)
+        self._kernel.signal("pause", lambda: self._core.pause(parse_pause(raw)))
 
     @workflow.update(name="unpause")
     def unpause(self, raw: Any = None) -> bool:
