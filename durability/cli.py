@@ -4,6 +4,7 @@
     durability schedule get acct-42
     durability schedule runs acct-42 --json
     durability schedule list --query "DurabilityScheduleVersion >= 3"
+    durability schedule pause --query "DurabilityObjectId STARTS_WITH 'acct-'" --dry-run
     durability ledger enqueue canvas-7 --file ops.json
     durability ledger snapshot canvas-7
     durability ledger skip canvas-7 op-3 --reason "client upgrade pending"
@@ -46,6 +47,15 @@ Show = Callable[[Any, argparse.Namespace], str]
 
 class UsageError(Exception):
     """Bad command-line input; the message names the option and the value."""
+
+
+class NotDone(Exception):
+    """The command printed its `result` and did not do all it was asked (exit code 1):
+    a bulk command without `--yes`, or a batch job whose signals did not all arrive."""
+
+    def __init__(self, result: Any, message: str) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 def iso(epoch_ms: Any) -> str:
@@ -132,6 +142,8 @@ def show_set(result: Any, args: argparse.Namespace) -> str:
 
 
 async def schedule_cancel(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    if args.query is not None:
+        return await schedule_bulk(client, args)
     if args.signal:
         await client.signal_cancel_schedule(args.object_id, args.version)
         return {"signalled": True}
@@ -174,11 +186,110 @@ def show_unpause(result: Any, args: argparse.Namespace) -> str:
 
 
 async def schedule_pause(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    if args.query is not None:
+        return await schedule_bulk(client, args)
     return {"paused": await client.pause_schedule(args.object_id, args.note)}
 
 
 async def schedule_unpause(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    if args.query is not None:
+        return await schedule_bulk(client, args)
     return {"unpaused": await client.unpause_schedule(args.object_id)}
+
+
+# The commands that take `--query` instead of an object ID: one signal to every running
+# schedule the query matches, sent by a Temporal batch job.
+BULK_COMMANDS = ("pause", "unpause", "cancel", "configure")
+BULK_OPTIONS = ("dry_run", "yes", "no_wait", "reason")
+
+
+async def schedule_bulk(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    """Count the schedules `--query` matches (and list some); with `--yes`, start the batch
+    job that signals them all and (unless `--no-wait`) wait for it."""
+    from durability.client import bulk_payload, bulk_reason, schedule_query
+
+    args.show = show_bulk
+    version = getattr(args, "version", None)
+    changes = args.set if args.command == "configure" else None
+    note = getattr(args, "note", None)
+    # Checked before anything is sent: the query, the payload and the reason.
+    schedule_query(args.query)
+    bulk_payload(args.command, version=version, changes=changes, note=note)
+    try:
+        reason = bulk_reason(default_reason(args.command) if args.reason is None else args.reason)
+    except ValueError as error:
+        raise UsageError(f"--{error}") from None
+    matches = await client.match_schedules(args.query)
+    result: dict[str, Any] = {
+        "query": matches.query,
+        "matched": matches.count,
+        "object_ids": matches.object_ids,
+        "job_id": None,
+    }
+    if args.dry_run or matches.count == 0:
+        return result
+    if not args.yes:
+        raise NotDone(
+            result,
+            f"nothing sent: add --yes to {args.command} the {matches.count} schedule(s) "
+            "--query matches (--dry-run lists them and sends nothing)",
+        )
+    job_id = await client.start_bulk(
+        args.command, args.query, reason=reason, version=version, changes=changes, note=note
+    )
+    result["job_id"] = job_id
+    job = await (client.bulk_job(job_id) if args.no_wait else client.wait_bulk_job(job_id))
+    result["job"] = {
+        "state": job.state, "matched": job.matched, "completed": job.completed,
+        "failed": job.failed, "reason": job.reason,
+    }  # fmt: skip
+    if job.state == "failed" or job.failed:
+        raise NotDone(
+            result,
+            f"batch job {job_id} {job.state}: {job.failed} of {job.matched} signal(s) failed "
+            f"(a schedule that closed or continued as new meanwhile); the same command "
+            f"again sends {args.command} to those still matching",
+        )
+    return result
+
+
+def default_reason(command: str) -> str:
+    """What a batch job records as its reason when `--reason` is not given."""
+    import getpass
+
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no login name in this environment
+        user = "unknown user"
+    return f"durability schedule {command} --query, by {user}"
+
+
+def show_bulk(result: Any, args: argparse.Namespace) -> str:
+    count, ids = result["matched"], result["object_ids"]
+    listed = ", ".join(ids) + (f" (first {len(ids)})" if len(ids) < count else "")
+    rows: list[tuple[str, Any]] = [
+        ("query", result["query"]),
+        ("matched", f"{count} running schedule(s)"),
+        ("object_ids", listed or "-"),
+    ]
+    job = result.get("job")
+    if job is None:
+        why = "no schedule matches" if count == 0 else "dry run"
+        return table(("field", "value"), rows) + f"\n\nnothing sent ({why})"
+    rows += [
+        ("job_id", result["job_id"]),
+        ("state", job["state"]),
+        ("signals", f"{job['matched']} matched, {job['completed']} completed, "
+                    f"{job['failed']} failed"),
+        ("reason", job["reason"]),
+    ]  # fmt: skip
+    text = table(("field", "value"), rows)
+    if job["state"] == "running":
+        text += (
+            f"\n\nstill running: temporal batch describe --job-id {result['job_id']} "
+            "shows its progress"
+        )
+    return text
 
 
 async def schedule_trigger(client: DurabilityClient, args: argparse.Namespace) -> Any:
@@ -490,6 +601,8 @@ def show_snapshot(result: Any, args: argparse.Namespace) -> str:
 
 
 async def schedule_configure(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    if args.query is not None:
+        return await schedule_bulk(client, args)
     if args.signal:
         await client.signal_configure_schedule(args.object_id, args.set)
         return {"signalled": True}
@@ -601,13 +714,17 @@ LEDGER_COMMANDS: tuple[tuple[str, Command, Show, str], ...] = (
 
 
 def _add_commands(
-    group: Any, key: str, commands: Sequence[tuple[str, Command, Show, str]]
+    group: Any,
+    key: str,
+    commands: Sequence[tuple[str, Command, Show, str]],
+    key_optional: Sequence[str] = (),
 ) -> dict[str, argparse.ArgumentParser]:
-    """Add `commands` to `group`, each with its positional `key`; returns them by name."""
+    """Add `commands` to `group`, each with its positional `key` (which those named in
+    `key_optional` may leave out); returns them by name."""
     parsers: dict[str, argparse.ArgumentParser] = {}
     for name, run, show, text in commands:
         parsers[name] = cmd = group.add_parser(name, help=text)
-        cmd.add_argument(key)
+        cmd.add_argument(key, nargs="?" if name in key_optional else None)
         cmd.set_defaults(run=run, show=show)
     return parsers
 
@@ -619,6 +736,50 @@ def _add_configure(cmd: argparse.ArgumentParser, what: str, example: str) -> Non
         help=f"JSON object of start fields to change, e.g. '{example}' (the others are kept)",
     )
     cmd.add_argument("--signal", action="store_true", help=f"signal the {what} instead")
+
+
+def _add_bulk_options(cmd: argparse.ArgumentParser) -> None:
+    """`--query` and what goes with it, on a command that then needs no object ID."""
+    cmd.add_argument(
+        "--query",
+        help="instead of an object ID: every running schedule this visibility filter matches, "
+        "e.g. \"DurabilityObjectId STARTS_WITH 'acct-'\" (a Temporal batch job signals them)",
+    )
+    cmd.add_argument(
+        "--dry-run", action="store_true", help="with --query: count and list, send nothing"
+    )
+    cmd.add_argument(
+        "--yes", action="store_true", help="with --query: start the batch job (else refused)"
+    )
+    cmd.add_argument(
+        "--no-wait", action="store_true", help="with --query: return once the job started"
+    )
+    cmd.add_argument(
+        "--reason", help="with --query: recorded on the batch job (default names the command)"
+    )
+
+
+def check_bulk_usage(args: argparse.Namespace) -> None:
+    """A command of BULK_COMMANDS takes an object ID or `--query`, and the bulk options only
+    with `--query`."""
+    query = args.query
+    if args.object_id is None and query is None:
+        raise UsageError(f"schedule {args.command} needs an object_id or --query")
+    if args.object_id is not None and query is not None:
+        raise UsageError(
+            f"give an object_id or --query, not both (got {args.object_id!r} and {query!r})"
+        )
+    if query is None:
+        for option in BULK_OPTIONS:
+            if getattr(args, option) not in (None, False):
+                flag = "--" + option.replace("_", "-")
+                raise UsageError(f"{flag} goes with --query, not with an object_id")
+        return
+    if getattr(args, "signal", False):
+        raise UsageError("--signal goes with an object_id: --query always sends signals")
+    if args.dry_run and (args.yes or args.no_wait):
+        flag = "--yes" if args.yes else "--no-wait"
+        raise UsageError(f"--dry-run sends nothing: {flag} contradicts it")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -639,7 +800,9 @@ def build_parser() -> argparse.ArgumentParser:
         "schedule", help="per-object recurring schedules", parents=[common]
     ).add_subparsers(dest="command", required=True, parser_class=CommandParser)
     _add_list(schedule, schedule_list, "schedules")
-    commands = _add_commands(schedule, "object_id", SCHEDULE_COMMANDS)
+    commands = _add_commands(schedule, "object_id", SCHEDULE_COMMANDS, BULK_COMMANDS)
+    for name in BULK_COMMANDS:
+        _add_bulk_options(commands[name])
     cmd = commands["set"]
     cmd.add_argument(
         "expression", help='cron, "@hourly", "@every 5m", "CRON_TZ=Europe/Paris 0 9 * * *"'
@@ -811,6 +974,8 @@ def parse_inputs(args: argparse.Namespace) -> None:
     for option in ("params", "options", "set"):
         if hasattr(args, option):
             setattr(args, option, json_arg(f"--{option}", getattr(args, option)))
+    if getattr(args, "group", None) == "schedule" and args.command in BULK_COMMANDS:
+        check_bulk_usage(args)
     operation_id = getattr(args, "operation_id", None)
     if operation_id is not None and not operation_id.strip():
         raise UsageError(f"operation_id must not be empty, got {operation_id!r}")
@@ -858,11 +1023,25 @@ def run_command(args: argparse.Namespace) -> int:
     from temporalio.client import WorkflowQueryFailedError
     from temporalio.service import RPCError
 
-    from durability.client import ClosedError, NotFoundError, RejectedError, UnansweredError
+    from durability.client import (
+        BatchBusyError,
+        ClosedError,
+        InvalidQueryError,
+        NotFoundError,
+        RejectedError,
+        UnansweredError,
+    )
 
     try:
         result = asyncio.run(execute(args))
     except UnansweredError as error:  # a TimeoutError, so an OSError: before that clause
+        return fail(str(error), 1)
+    except InvalidQueryError as error:  # a ValueError: before that clause
+        return fail(f"--query {error.query!r:.300} refused: {error.reason}; nothing sent", 1)
+    except NotDone as error:
+        show(error.result, args)
+        return fail(str(error), 1)
+    except BatchBusyError as error:
         return fail(str(error), 1)
     except (UsageError, ConfigurationError, ValueError, OSError) as error:
         return fail(str(error), 2)
@@ -878,13 +1057,18 @@ def run_command(args: argparse.Namespace) -> int:
         return fail(f"Temporal refused the call: {error.message}", 1)
     except Exception as error:  # never a traceback: one line naming what went wrong
         return fail(f"{type(error).__name__}: {error}", 1)
+    show(result, args)
+    return 0
+
+
+def show(result: Any, args: argparse.Namespace) -> None:
+    """Print a command's result: JSON with `--json`, else its table or sentence."""
     text = json.dumps(result, indent=2, sort_keys=True) if args.json else args.show(result, args)
     try:
         print(text)
         sys.stdout.flush()
     except BrokenPipeError:  # `... | head` stopped reading: not an error of the command
         pass
-    return 0
 
 
 def entrypoint() -> None:

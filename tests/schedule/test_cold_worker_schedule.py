@@ -1,5 +1,6 @@
 """DurabilitySchedule on a cold worker: every kind of completion that can end a workflow task,
-then every message it accepts, sent at once to a worker that starts with an empty cache.
+then every message it accepts, sent at once to a worker that starts with an empty cache
+(`pause` and `unpause` both as updates and as the signals a bulk command's batch job sends).
 
 Without the progress barrier (`workflows.kernel`), `run_completion` x `trigger` can fail
 its workflow tasks with BAD_CANCEL_TIMER_ATTRIBUTES and get the update refused. A run's child
@@ -305,6 +306,28 @@ async def unpause(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> N
     assert await handle.query("paused") is False
 
 
+async def pause_signal(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    # What a bulk `schedule pause --query` sends to each schedule (a batch job's signal).
+    await handle.signal("pause", {})
+
+    async def paused() -> bool:
+        return bool(await handle.query("paused"))
+
+    await eventually(paused)
+    assert await handle.query("dropped_signals") == 0
+
+
+async def unpause_signal(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
+    # Paused before the completion, as for `unpause`.
+    await handle.signal("unpause", {})
+
+    async def unpaused() -> bool:
+        return await handle.query("paused") is False
+
+    await eventually(unpaused)
+    assert await handle.query("dropped_signals") == 0
+
+
 async def backfill(handle: WorkflowHandle[Any, Any], acts: ColdScheduleFake) -> None:
     # A range with 1 occurrence of the yearly expression, or 3 of `@every 1s`, long past.
     # The expression is the one the completion set, not a query's: a query would bring the
@@ -364,6 +387,8 @@ MESSAGES: dict[str, Step] = {
     "trigger": trigger,
     "pause": pause,
     "unpause": unpause,
+    "pause_signal": pause_signal,
+    "unpause_signal": unpause_signal,
     "backfill": backfill,
     "redeliver": redeliver,
 }
@@ -388,7 +413,7 @@ async def _start_schedule(
 # A paused schedule has no tick timer, so no tick can fire while it is paused: `unpause`
 # right after `tick_while_busy` would need a `pause` in between, whose task sends commands,
 # and would test nothing the other `unpause` cases do not.
-UNREACHABLE = {("tick_while_busy", "unpause")}
+UNREACHABLE = {("tick_while_busy", "unpause"), ("tick_while_busy", "unpause_signal")}
 
 
 @pytest.mark.parametrize(
@@ -411,7 +436,7 @@ async def test_message_after_completion_on_a_cold_worker(
                 # Version 0, so that the completion's `set` (version 1) still applies.
                 await handle.execute_update("set", {"expression": YEARLY, "version": 0})
                 await _dead_letter(handle, acts)
-            if message == "unpause":
+            if message in ("unpause", "unpause_signal"):
                 await handle.execute_update("pause", {})
             await COMPLETIONS[completion](handle, acts)
         # The only workflow worker is gone; a new one starts with nothing cached.

@@ -5,12 +5,24 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
-from temporalio.client import Client
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from temporalio import workflow
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
 
+from durability.registry import workflow_runner
+from tests.support.cold_worker import assert_healthy
 from tests.support.fakes import ScheduleFake
-from tests.support.helpers import durability_cli, eventually, schedule_worker
+from tests.support.helpers import cache_options, durability_cli, eventually, schedule_worker
+from workflows import SANDBOXED
+from workflows.kernel import NO_INPUT
+from workflows.schedule import SCHEDULE_WORKFLOW_TYPE
 from workflows.schedule.core import (
     MAX_BACKFILL_RUNS,
     InvalidRequest,
@@ -19,7 +31,9 @@ from workflows.schedule.core import (
     ScheduleState,
     parse_backfill,
 )
-from workflows.schedule.models import RunStatus, ScheduleInput, SetRequest
+from workflows.schedule.models import CancelRequest, RunStatus, ScheduleInput, SetRequest
+from workflows.schedule.run import ScheduledRunWorkflow
+from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
 pytestmark = pytest.mark.cacheless
 
@@ -145,3 +159,122 @@ async def test_pause_trigger_backfill_through_the_cli_reach_the_run_activity(
             (after_unpause // hour + 1) * hour,
         }
         await client.get_workflow_handle(f"schedule:{object_id}").terminate("test done")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    paused=st.booleans(),
+    live=st.booleans(),
+    now=st.integers(20_000, 10**9),
+    answer=st.sampled_from(["next", "same", "earlier", "none", "text"]),
+    remaining=st.none() | st.integers(0, 3),
+    start_at=st.none() | st.integers(0, 2 * 10**9),
+)
+def test_check_unpause_refuses_exactly_what_unpause_refuses_and_changes_nothing(
+    paused: bool, live: bool, now: int, answer: str, remaining: int | None, start_at: int | None
+) -> None:
+    """The `unpause` signal asks `check_unpause` first, so a refusal leaves it paused."""
+    misbehaving = False  # from once the schedule is set
+
+    def reading(expression: str, after_ms: int) -> Any:
+        if not misbehaving:
+            return every(expression, after_ms)
+        return {
+            "next": after_ms + 1000, "same": after_ms, "earlier": after_ms - 1, "none": None,
+            "text": "soon",
+        }[answer]  # fmt: skip
+
+    settings = ScheduleInput(max_concurrent_runs=2, start_at=start_at)
+    core = ScheduleCore(ScheduleState(), reading, settings)
+    core.set(SetRequest(expression="every:1000", version=1), 10_500, lambda m: 0)
+    core.state.remaining_runs = remaining  # a spent count asks `next_occurrence` nothing
+    misbehaving = True
+    if not live:
+        core.cancel(CancelRequest())
+    if paused:
+        core.pause()
+    before = core.state.model_dump()
+    try:
+        core.check_unpause(now)
+        checked: Exception | None = None
+    except InvalidRequest as error:
+        checked = error
+    assert core.state.model_dump() == before
+    refuses = paused and live and remaining != 0 and answer in ("same", "earlier", "text")
+    assert (checked is not None) == refuses, (checked, paused, live, answer)
+    if refuses:
+        with pytest.raises(ValueError, match="must return None or an integer strictly after"):
+            core.unpause(now)
+    else:
+        assert core.unpause(now) is paused
+        assert core.state.paused is False
+
+
+@workflow.defn(name=SCHEDULE_WORKFLOW_TYPE, sandboxed=SANDBOXED)
+class RefusingSchedule(DurabilityScheduleWorkflow):
+    """A deployment's `next_occurrence` that breaks S7: it answers `after_ms` itself."""
+
+    def next_occurrence(self, expression: str, after_ms: int) -> int | None:
+        return after_ms
+
+    @workflow.run
+    async def run(self, input: RawValue = NO_INPUT) -> None:
+        await super().run(input)
+
+
+async def test_an_unpause_next_occurrence_refuses_changes_nothing(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """A bulk unpause reaches a schedule whose `next_occurrence` fails on its expression: the
+    signal is counted in `dropped_signals` and nothing changes (no failed workflow task); the
+    update is refused before anything is recorded."""
+    stored = {"version": 1, "expression": "0 0 1 1 *", "next_at": 4_102_444_800_000}
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[RefusingSchedule, ScheduledRunWorkflow],
+        workflow_runner=workflow_runner(),
+        **cache_options(),
+    ):
+        handle = await client.start_workflow(
+            SCHEDULE_WORKFLOW_TYPE,
+            {"carried": {"schedule": {**stored, "jitter_ms": 0}, "paused": True}},
+            id=f"schedule:refusing-{unique}",
+            task_queue=task_queue,
+        )
+        await handle.signal("unpause", {})
+        await eventually(lambda: _dropped(handle, 1))
+        assert await handle.query("paused") is True
+        assert (await handle.query("get"))["next_at"] == stored["next_at"]
+        await handle.signal("pause", {})  # already paused: nothing to refuse
+        await handle.signal("unpause", {})
+        await eventually(lambda: _dropped(handle, 2))
+        assert await handle.query("paused") is True
+        await handle.signal("pause", {"note": 5})  # a bad note: dropped, the note unchanged
+        await eventually(lambda: _dropped(handle, 3))
+        assert await handle.query("pause_note") is None
+        await handle.signal("pause", {"note": "why"})
+        await eventually(lambda: _note_is(handle, "why"))
+        assert await handle.query("dropped_signals") == 3
+        # The update is refused by its validator: nothing recorded, still paused.
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update("unpause", {})
+        assert isinstance(refused.value.cause, ApplicationError)
+        assert refused.value.cause.type == "InvalidRequest"
+        assert "must return None or an integer strictly after" in refused.value.cause.message
+        assert await handle.query("paused") is True
+        assert (await handle.query("get"))["next_at"] == stored["next_at"]
+        events = [e async for e in handle.fetch_history_events()]
+        assert not [
+            e for e in events if e.HasField("workflow_execution_update_accepted_event_attributes")
+        ]
+        await assert_healthy(client, handle)
+        await handle.terminate("test done")
+
+
+async def _dropped(handle: WorkflowHandle[Any, Any], count: int) -> bool:
+    return bool(await handle.query("dropped_signals") == count)
+
+
+async def _note_is(handle: WorkflowHandle[Any, Any], note: str) -> bool:
+    return bool(await handle.query("pause_note") == note)

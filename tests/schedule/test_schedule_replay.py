@@ -22,6 +22,9 @@ replaying with a patch, and records its own next to them with
   `tests/schedule/test_schedule_bounds.py`: a schedule started with `pause_on_failure` (the
   patch `schedule-bounds`) that a failed run paused with its note; a new version, unpause,
   `pause` with a note and a refused note.
+- `schedule_parent_0_1_1_bulk_signals.json`, recorded by 0.1.1 with
+  `tests/schedule/test_schedule_bulk.py`: a schedule paused, unpaused and cancelled by the
+  signals of bulk commands' batch jobs (no new command: no patch).
 - `schedule_run_0_1_1_plugin_timeout.json`, `schedule_run_0_1_1_plugin_complete.json`,
   recorded by 0.1.1 with `tests/schedule/test_plugin_runs.py`: plugin-hosted runs, one timed
   out in its worker and one complete (the patch `scheduled-run-0.1.1-paths`: no run timer).

@@ -552,6 +552,16 @@ class ScheduleCore:
             self.state.pause_note = note
         return changed
 
+    def check_unpause(self, now_ms: int) -> None:
+        """Raise InvalidRequest when `unpause` at `now_ms` would fail: `next_occurrence` fails
+        on the live expression (S7)."""
+        stored = self.state.schedule
+        if self.state.paused and stored is not None and stored.expression is not None:
+            try:
+                self.bounded_next(stored.expression, now_ms)  # as `unpause` asks it
+            except ValueError as error:
+                raise InvalidRequest(f"unpause refused: {error}") from None
+
     def unpause(self, now_ms: int) -> bool:
         """Resume ticking from now: ticks missed while paused are skipped, not collapsed. The
         pause note is cleared."""

@@ -323,12 +323,40 @@ class DurabilityScheduleWorkflow:
         """Reject a note that is not a string, or too long, before anything is recorded."""
         self._kernel.validate(parse_pause, raw)
 
+    @workflow.signal(name="pause")
+    def pause_signal(self, raw: Any = None) -> None:
+        """`pause` as a signal (what a batch operation can send): a bad note is logged,
+        counted and dropped."""
+        self._kernel.wake()
+        self._kernel.signal("pause", lambda: self._core.pause(parse_pause(raw)))
+
     @workflow.update(name="unpause")
     def unpause(self, raw: Any = None) -> bool:
         """Tick again from now; ticks missed while paused are skipped. Returns whether paused."""
         self._kernel.wake()
         self._day_rule.decide()
         return self._kernel.update(self._core.unpause, now_ms())
+
+    @unpause.validator
+    def validate_unpause(self, raw: Any = None) -> None:
+        """Reject an unpause the schedule's `next_occurrence` fails on (S7) before anything is
+        recorded (the handler would leave it unpaused with a stale `next_at`). Validators do
+        not run on replay: a history that recorded such an update replays as it ran."""
+        self._kernel.validate(self._core.check_unpause, now_ms())
+
+    @workflow.signal(name="unpause")
+    def unpause_signal(self, raw: Any = None) -> None:
+        """`unpause` as a signal; the payload is ignored. One the schedule's `next_occurrence`
+        fails on (S7) is dropped and counted, and the schedule stays paused."""
+        self._kernel.wake()
+        self._day_rule.decide()
+        self._kernel.signal("unpause", self._unpause_checked, now_ms())
+
+    def _unpause_checked(self, now: int) -> bool:
+        # Ask `next_occurrence` before anything changes: a refusal then leaves the schedule
+        # paused (`ScheduleCore.unpause` clears `paused` before it asks).
+        self._core.check_unpause(now)
+        return self._core.unpause(now)
 
     @workflow.update(name="trigger")
     def trigger(self, raw: Any = None) -> int:
