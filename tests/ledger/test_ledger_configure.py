@@ -14,7 +14,13 @@ from temporalio.client import Client, WorkflowHandle
 
 from tests.ledger.test_ledger_workflow import record_history
 from tests.support.cold_worker import LedgerActivities
-from tests.support.helpers import durability_cli, eventually, running_worker, temporal
+from tests.support.helpers import (
+    durability_cli,
+    eventually,
+    running_worker,
+    temporal,
+    temporal_query,
+)
 
 pytestmark = pytest.mark.cacheless
 
@@ -83,11 +89,9 @@ async def test_configure_raises_concurrency_while_operations_wait_and_keeps_them
         )  # fmt: skip
 
         async def signalled() -> dict[str, Any] | None:
-            shown = await temporal(
-                dev_server_address, "workflow", "query", "--workflow-id", workflow_id,
-                "--name", "settings", "--output", "json",
-            )  # fmt: skip
-            settings: dict[str, Any] = json.loads(shown.stdout)["queryResult"][0]
+            settings: dict[str, Any] = await temporal_query(
+                dev_server_address, workflow_id, "settings"
+            )
             return settings if settings["retry"]["initial_interval_ms"] == 100 else None
 
         settings = await eventually(signalled, timeout=30)

@@ -17,7 +17,14 @@ from temporalio.worker import PollerBehaviorAutoscaling, PollerBehaviorSimpleMax
 
 import worker
 from durability.run import DEMO
-from tests.support.helpers import PROJECT_ROOT, eventually, run_command, subprocess_env, temporal
+from tests.support.helpers import (
+    PROJECT_ROOT,
+    eventually,
+    run_command,
+    subprocess_env,
+    temporal,
+    temporal_query,
+)
 from workflows import search_attributes
 
 
@@ -277,11 +284,7 @@ async def test_the_demo_line_printed_by_make_run_sets_a_schedule(
     process = await start_worker_process(dev_server_address, task_queue)
     try:
         await temporal(dev_server_address, *argv[1:])
-        queried = await temporal(
-            dev_server_address, "workflow", "query", "--workflow-id", workflow_id, "--name", "get",
-            "--output", "json",
-        )  # fmt: skip
-        result = json.loads(queried.stdout)["queryResult"][0]
+        result = await temporal_query(dev_server_address, workflow_id, "get")
         assert result["expression"] == "@every 10s" and result["params"] == {"plan": "pro"}
     finally:
         await temporal(

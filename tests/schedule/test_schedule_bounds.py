@@ -26,6 +26,7 @@ from tests.support.helpers import (
     record_history,
     schedule_worker,
     temporal,
+    temporal_query,
 )
 from workflows import search_attributes
 from workflows.schedule.run import ScheduledRunWorkflow
@@ -39,19 +40,6 @@ DAY_MS = 86_400_000
 def now_ms() -> int:
     # The dev server runs on this machine: the workflow's clock is this clock.
     return int(time.time() * 1000)
-
-
-async def query(address: str, workflow_id: str, name: str) -> Any:
-    """A query's answer through the `temporal` CLI."""
-    shown = await temporal(
-        address, "workflow", "query", "--workflow-id", workflow_id, "--name", name,
-        "--output", "json",
-    )  # fmt: skip
-    answer = json.loads(shown.stdout)["queryResult"][0]
-    # A null answer is Temporal's `binary/null` payload, which the CLI prints undecoded.
-    if isinstance(answer, dict) and set(answer) == {"metadata"}:
-        return None
-    return answer
 
 
 def skipped_events(recorder: ScheduleFake, object_id: str) -> list[dict[str, Any]]:
@@ -151,7 +139,9 @@ async def test_ticks_missed_in_a_worker_outage_past_the_window_are_skipped_via_t
         assert all(e["timestamp"] - e["scheduled_time"] > window for e in skipped)
         ran = {r["scheduled_time"] for r in recorder.started}
         assert not {e["scheduled_time"] for e in skipped} & ran
-        assert await query(dev_server_address, workflow_id, "skipped_ticks") == len(skipped)
+        assert await temporal_query(dev_server_address, workflow_id, "skipped_ticks") == len(
+            skipped
+        )
         await client.get_workflow_handle(workflow_id).terminate("test done")
 
 
@@ -224,7 +214,7 @@ async def test_five_runs_then_no_more_ticks_via_the_temporal_cli(
         await eventually(lambda: len(recorder.outcomes) >= 5, timeout=30)
 
         async def stopped() -> bool:
-            return (await query(dev_server_address, workflow_id, "get"))["next_at"] is None
+            return (await temporal_query(dev_server_address, workflow_id, "get"))["next_at"] is None
 
         await eventually(stopped, timeout=10)
         await asyncio.sleep(2)  # two more seconds of `@every 1s`: no sixth run
@@ -238,7 +228,7 @@ async def test_five_runs_then_no_more_ticks_via_the_temporal_cli(
             "workflow", "update", "execute", "--workflow-id", workflow_id, "--name", "set",
             "--input", json.dumps({"expression": "@every 1s", "version": 2}),
         )  # fmt: skip
-        assert (await query(dev_server_address, workflow_id, "get"))["next_at"] is None
+        assert (await temporal_query(dev_server_address, workflow_id, "get"))["next_at"] is None
         await client.get_workflow_handle(workflow_id).terminate("test done")
 
 
@@ -260,10 +250,10 @@ async def test_a_failing_run_pauses_with_its_note_and_unpause_clears_it_via_the_
         )  # fmt: skip
 
         async def paused() -> bool:
-            return bool(await query(dev_server_address, workflow_id, "paused"))
+            return bool(await temporal_query(dev_server_address, workflow_id, "paused"))
 
         await eventually(paused, timeout=20)
-        note = await query(dev_server_address, workflow_id, "pause_note")
+        note = await temporal_query(dev_server_address, workflow_id, "pause_note")
         matched = NOTE.fullmatch(note)
         assert matched is not None, note
         assert matched[1] == object_id
@@ -289,15 +279,15 @@ async def test_a_failing_run_pauses_with_its_note_and_unpause_clears_it_via_the_
         )
         unpaused = await durability_cli(dev_server_address, *cli, "schedule", "unpause", object_id)
         assert json.loads(unpaused.stdout) == {"unpaused": True}
-        assert await query(dev_server_address, workflow_id, "pause_note") is None
+        assert await temporal_query(dev_server_address, workflow_id, "pause_note") is None
         await eventually(lambda: recorder.finished, timeout=20)
-        assert not await query(dev_server_address, workflow_id, "paused")
+        assert not await temporal_query(dev_server_address, workflow_id, "paused")
 
         # `pause --note` says why; a note that is not a string is refused, naming it.
         await durability_cli(
             dev_server_address, *cli, "schedule", "pause", object_id, "--note", "deploying v2"
         )
-        assert await query(dev_server_address, workflow_id, "pause_note") == "deploying v2"
+        assert await temporal_query(dev_server_address, workflow_id, "pause_note") == "deploying v2"
         refused = await temporal(
             dev_server_address,
             "workflow", "update", "execute", "--workflow-id", workflow_id, "--name", "pause",
@@ -306,7 +296,7 @@ async def test_a_failing_run_pauses_with_its_note_and_unpause_clears_it_via_the_
         )  # fmt: skip
         assert refused.returncode != 0
         assert "pause.note must be a string, got 7" in refused.stderr + refused.stdout
-        assert await query(dev_server_address, workflow_id, "pause_note") == "deploying v2"
+        assert await temporal_query(dev_server_address, workflow_id, "pause_note") == "deploying v2"
         long_note = await durability_cli(
             dev_server_address, "--task-queue", task_queue, "schedule", "pause", object_id,
             "--note", "x" * 1201, check=False,

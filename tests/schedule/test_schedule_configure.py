@@ -18,6 +18,7 @@ from tests.support.helpers import (
     record_history,
     schedule_worker,
     temporal,
+    temporal_query,
 )
 from workflows.schedule.models import run_workflow_id
 
@@ -37,12 +38,8 @@ async def run_settings(client: Client, object_id: str, scheduled_time: int) -> d
 
 
 async def settings_by_temporal(address: str, workflow_id: str) -> dict[str, Any]:
-    shown = await temporal(
-        address, "workflow", "query", "--workflow-id", workflow_id, "--name", "settings",
-        "--output", "json",
-    )  # fmt: skip
-    result: dict[str, Any] = json.loads(shown.stdout)["queryResult"][0]
-    return result
+    settings: dict[str, Any] = await temporal_query(address, workflow_id, "settings")
+    return settings
 
 
 async def test_configure_raises_concurrency_at_once_and_keeps_runs_and_queue(

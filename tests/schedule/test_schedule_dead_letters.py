@@ -16,7 +16,7 @@ from tests.support.helpers import (
     eventually,
     record_history,
     schedule_worker,
-    temporal,
+    temporal_query,
 )
 
 pytestmark = pytest.mark.cacheless
@@ -54,12 +54,7 @@ async def test_dead_letters_are_kept_bounded_and_redelivered_with_their_original
 
             await eventually(lettered, timeout=30)
         # The oldest of the three was dropped: at most max_dead_letters are kept.
-        shown = await temporal(
-            dev_server_address,
-            "workflow", "query", "--workflow-id", handle.id, "--name", "dead_letters",
-            "--output", "json",
-        )  # fmt: skip
-        letters = json.loads(shown.stdout)["queryResult"][0]
+        letters = await temporal_query(dev_server_address, handle.id, "dead_letters")
         assert [d["scheduled_time"] for d in letters] == triggered[1:]
         first = letters[0]
         assert first["idempotency_key"] == f"{object_id}:{triggered[1]}"

@@ -198,6 +198,19 @@ async def temporal(
     return await run_command([temporal_cli(), *args, "--address", address], check=check)
 
 
+async def temporal_query(address: str, workflow_id: str, name: str) -> Any:
+    """A query's answer read through the real `temporal` CLI (`workflow query --output json`);
+    a null answer (Temporal's `binary/null` payload, which the CLI prints undecoded) is None."""
+    shown = await temporal(
+        address, "workflow", "query", "--workflow-id", workflow_id, "--name", name,
+        "--output", "json",
+    )  # fmt: skip
+    answer = json.loads(shown.stdout)["queryResult"][0]
+    if isinstance(answer, dict) and set(answer) == {"metadata"}:
+        return None
+    return answer
+
+
 async def durability_cli(
     address: str, *args: str, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
