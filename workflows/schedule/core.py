@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -74,6 +75,9 @@ class Run(BaseModel):
     # The delivery's attempts left once a continue-as-new interrupted it (None: all of
     # `outcome_retries.max_attempts`); see `attempts_begun`.
     delivery_attempts_left: int | None = None
+    # When its child was started (None: queued, or recorded by a build before 0.1.1's
+    # `describe`); shown by `describe`, not by the `runs` query.
+    started_at: int | None = None
 
     def outcome(self) -> Outcome:
         """The outcome a settled run stopped with."""
@@ -102,6 +106,61 @@ class DeadLetter(BaseModel):
         return self.model_dump(mode="json", exclude={"params"})
 
 
+class Delivery(StrEnum):
+    """What became of an ended run's outcome (a `describe` recent run's `delivery`)."""
+
+    # Still to be delivered (the schedule's delivery, or the run's own, is going on).
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    # Its delivery gave up: it is (or was) in `dead_letters`.
+    DEAD_LETTERED = "dead_lettered"
+    # Dead-lettered, then delivered by `redeliver`.
+    REDELIVERED = "redelivered"
+    # Its run's workflow ended without delivering it (terminated or failed from outside).
+    UNDELIVERED = "undelivered"
+
+
+# How many ended runs `describe` shows (the ring `ScheduleState.recent_runs`), and how much of
+# an error each keeps: docs/limits.md counts the ring in the state budget.
+RECENT_RUNS_KEPT = 10
+MAX_RECENT_ERROR_NAME = 100
+MAX_RECENT_ERROR_MESSAGE = 200
+# How many fire times `describe` may compute (`{"next": n}`).
+MAX_NEXT_FIRE_TIMES = 50
+
+
+class RecentRun(BaseModel):
+    """A run that ended, as `describe` shows it; small and bounded (errors cut)."""
+
+    scheduled_time: int
+    due_at: int
+    started_at: int | None = None
+    ended_at: int | None = None
+    # None: the run's end was reported without its outcome (a run handed over across
+    # continue-as-new that had delivered before it was told to report by signal).
+    outcome: Outcome | None = None
+    delivery: Delivery = Delivery.PENDING
+
+
+class ScheduleCounters(BaseModel):
+    """What happened since the schedule's first run on a build with `describe` (0.1.1)."""
+
+    runs_started: int = 0
+    runs_completed: int = 0
+    runs_errored: int = 0
+    # Ticks skipped, by `SkipReason` value (the total is `ScheduleState.skipped_ticks`).
+    ticks_skipped: dict[str, int] = Field(default_factory=dict)
+    outcomes_delivered: int = 0
+    outcomes_dead_lettered: int = 0
+    outcomes_redelivered: int = 0
+
+    @classmethod
+    def carried_from(cls, state: ScheduleState) -> ScheduleCounters:
+        """Counters for state carried from a build without them: what that state knows (its
+        dead letters, kept and dropped); the rest counts from now."""
+        return cls(outcomes_dead_lettered=len(state.dead_letters) + state.dead_letters_dropped)
+
+
 class ScheduleState(BaseModel):
     """Everything the schedule carries across continue-as-new."""
 
@@ -122,6 +181,10 @@ class ScheduleState(BaseModel):
     # Why the schedule is paused (`pause {"note"}`, or the run that paused it under
     # `pause_on_failure`); None when not paused or paused without a note.
     pause_note: str | None = None
+    # The last RECENT_RUNS_KEPT runs that ended, oldest first (`describe`).
+    recent_runs: list[RecentRun] = Field(default_factory=list)
+    # None only in state carried from a build before `describe` (see `ScheduleCore`).
+    counters: ScheduleCounters | None = None
 
 
 def initial_state(settings: ScheduleInput) -> ScheduleState:
@@ -235,6 +298,25 @@ def failure_note(key: str, error: RunError | None) -> str:
     if len(shown) > FAILURE_NOTE_ERROR_LENGTH:
         shown = shown[: FAILURE_NOTE_ERROR_LENGTH - 3] + "..."
     return f"paused on failure: run {key} errored: {shown}"[:MAX_PAUSE_NOTE_LENGTH]
+
+
+class DescribeQuery(BaseModel):
+    """The `describe` query's argument: how many recent runs and next fire times to show."""
+
+    runs: int = RECENT_RUNS_KEPT
+    next: int = 10
+
+
+def parse_describe(raw: object) -> DescribeQuery:
+    """`describe {"runs"?: 0..RECENT_RUNS_KEPT, "next"?: 0..MAX_NEXT_FIRE_TIMES}`, or
+    InvalidRequest naming the field and value."""
+    payload = _object("describe", raw, {"runs", "next"})
+    query = DescribeQuery()
+    if "runs" in payload:
+        query.runs = _integer("describe.runs", payload["runs"], RECENT_RUNS_KEPT)
+    if "next" in payload:
+        query.next = _integer("describe.next", payload["next"], MAX_NEXT_FIRE_TIMES)
+    return query
 
 
 def parse_redeliver(raw: object) -> str:
@@ -357,6 +439,9 @@ class ScheduleCore:
         self.next_occurrence = next_occurrence
         # The stale occurrences the last `tick` skipped while a later one ran (see `tick`).
         self.caught_up: Skipped | None = None
+        if state.counters is None:
+            state.counters = ScheduleCounters.carried_from(state)
+        self.counters: ScheduleCounters = state.counters
         self.use_settings(settings)
 
     def use_settings(self, settings: ScheduleInput) -> None:
@@ -648,7 +733,7 @@ class ScheduleCore:
         assert scheduled_time is not None
         if self.catchup_window_ms is not None and now_ms - fires_at > self.catchup_window_ms:
             stale = Skipped(scheduled_time, fires_at, SkipReason.CATCHUP_WINDOW)
-            self.state.skipped_ticks += 1
+            self._count_skipped(SkipReason.CATCHUP_WINDOW)
             # The first occurrence that fires within the window (at or after now - window).
             recent = self.bounded_next(
                 stored.expression, now_ms - stored.jitter_ms - self.catchup_window_ms - 1
@@ -666,7 +751,7 @@ class ScheduleCore:
             return None
         reason = self.room_for(1, stored.params)
         if reason is not None:
-            self.state.skipped_ticks += 1
+            self._count_skipped(reason)
             return Skipped(scheduled_time=scheduled_time, due_at=fires_at, reason=reason)
         run = Run(scheduled_time=scheduled_time, due_at=fires_at, params=stored.params)
         self.state.runs[scheduled_time] = run
@@ -676,14 +761,21 @@ class ScheduleCore:
                 stored.next_at = None
         return run
 
+    def _count_skipped(self, reason: SkipReason) -> None:
+        """A tick that never runs: in `skipped_ticks` and in the counters, by reason."""
+        self.state.skipped_ticks += 1
+        skipped = self.counters.ticks_skipped
+        skipped[reason.value] = skipped.get(reason.value, 0) + 1
+
     # --- runs (S8) ---
 
     def running_count(self) -> int:
         """Runs holding a slot."""
         return sum(1 for run in self.state.runs.values() if run.state == RunStatus.RUNNING)
 
-    def take_startable(self) -> list[Run]:
-        """Queued runs in scheduled_time order, up to the free slots, now marked running."""
+    def take_startable(self, now_ms: int | None = None) -> list[Run]:
+        """Queued runs in scheduled_time order, up to the free slots, now marked running
+        (started at `now_ms`, when given)."""
         free = self.max_concurrent_runs - self.running_count()
         queued = sorted(
             (run for run in self.state.runs.values() if run.state == RunStatus.QUEUED),
@@ -693,6 +785,8 @@ class ScheduleCore:
         for run in started:
             run.state = RunStatus.RUNNING
             run.attempt = 1
+            run.started_at = now_ms
+        self.counters.runs_started += len(started)
         return started
 
     def takes_last_slot(self, started: list[Run]) -> list[bool]:
@@ -704,20 +798,108 @@ class ScheduleCore:
             running_before + index + 1 >= self.max_concurrent_runs for index in range(len(started))
         ]
 
-    def settle(self, scheduled_time: int, outcome: Outcome) -> bool:
-        """A running run stopped with `outcome`; frees its slot. False if unknown or settled."""
+    def settle(self, scheduled_time: int, outcome: Outcome, now_ms: int | None = None) -> bool:
+        """A running run stopped with `outcome` (at `now_ms`, when known); frees its slot and
+        enters `recent_runs`, its delivery pending. False if unknown or settled."""
         run = self.state.runs.get(scheduled_time)
         if run is None or run.state in (RunStatus.COMPLETE, RunStatus.ERRORED):
             return False
         run.state = RunStatus.COMPLETE if outcome.status == "complete" else RunStatus.ERRORED
         run.error = outcome.error
+        if run.state == RunStatus.COMPLETE:
+            self.counters.runs_completed += 1
+        else:
+            self.counters.runs_errored += 1
+        self._remember_ended(run, outcome, now_ms)
         if run.state == RunStatus.ERRORED and self.pause_on_failure and not self.state.paused:
             self.pause(failure_note(idempotency_key(self.object_id, scheduled_time), run.error))
         return True
 
+    # --- what `describe` shows: the ring of ended runs, counters, next fire times ---
+
+    def _remember_ended(self, run: Run, outcome: Outcome | None, now_ms: int | None) -> None:
+        """Put an ended run into `recent_runs` (newest last), dropping the oldest past
+        RECENT_RUNS_KEPT."""
+        shown = None
+        if outcome is not None:
+            error = outcome.error
+            if error is not None:
+                error = RunError(
+                    name=error.name[:MAX_RECENT_ERROR_NAME],
+                    message=error.message[:MAX_RECENT_ERROR_MESSAGE],
+                )
+            shown = Outcome(status=outcome.status, error=error)
+        ring = self.state.recent_runs
+        ring[:] = [entry for entry in ring if entry.scheduled_time != run.scheduled_time]
+        ring.append(
+            RecentRun(
+                scheduled_time=run.scheduled_time,
+                due_at=run.due_at,
+                started_at=run.started_at,
+                ended_at=now_ms,
+                outcome=shown,
+            )
+        )
+        del ring[: max(0, len(ring) - RECENT_RUNS_KEPT)]
+
+    def _delivery_ended(self, scheduled_time: int, delivery: Delivery) -> None:
+        """Count an ended run's delivery and show it on its `recent_runs` entry (if still
+        there)."""
+        if delivery == Delivery.DELIVERED:
+            self.counters.outcomes_delivered += 1
+        elif delivery == Delivery.DEAD_LETTERED:
+            self.counters.outcomes_dead_lettered += 1
+        elif delivery == Delivery.REDELIVERED:
+            self.counters.outcomes_redelivered += 1
+        for entry in self.state.recent_runs:
+            if entry.scheduled_time == scheduled_time:
+                entry.delivery = delivery
+
+    def recent_runs(self, count: int = RECENT_RUNS_KEPT) -> list[dict[str, Any]]:
+        """The last `count` runs that ended, newest first."""
+        newest_first = self.state.recent_runs[::-1][:count]
+        return [entry.model_dump(mode="json", exclude_none=True) for entry in newest_first]
+
+    def next_fire_times(self, count: int) -> list[int]:
+        """When the next `count` ticks fire, as the tick timer waits for them: each
+        occurrence of the live expression from `next_at` on within the schedule's life
+        (`bounded_next`: none before `start_at`, none at or after `end_at`, at most
+        `remaining_runs`), plus the stored jitter. None while paused or with no live
+        schedule; fewer when the expression or the schedule's life ends."""
+        stored = self.state.schedule
+        if self.state.paused or stored is None or stored.expression is None:
+            return []
+        remaining = self.state.remaining_runs
+        if remaining is not None:
+            count = min(count, remaining)
+        times: list[int] = []
+        cursor = stored.next_at
+        while cursor is not None and len(times) < count:
+            times.append(cursor + stored.jitter_ms)
+            try:
+                cursor = self.bounded_next(stored.expression, cursor)
+            except ValueError:  # a deployment's next_occurrence: the tick would fail too
+                break
+        return times
+
+    def describe(self, query: DescribeQuery) -> dict[str, Any]:
+        """The `describe` query: the live schedule (as `get`), `paused` and its note, the
+        last runs that ended, the next fire times and the counters."""
+        return {
+            "schedule": self.get(),
+            "paused": self.state.paused,
+            "pause_note": self.state.pause_note,
+            "recent_runs": self.recent_runs(query.runs),
+            "next_fire_times": self.next_fire_times(query.next),
+            "counters": {
+                **self.counters.model_dump(mode="json"),
+                "ticks_skipped_total": self.state.skipped_ticks,
+            },
+        }
+
     # --- outcomes the schedule delivers (S11) ---
 
-    def stopped(self, scheduled_time: int, outcome: Outcome) -> bool:
+    def stopped(self, scheduled_time: int, outcome: Outcome, now_ms: int | None = None) -> bool:
         """A run stopped with `outcome` and its child ended: its slot frees, and its outcome is
         the schedule's to deliver. Returns whether the main loop must decide again: a queued
         run can take the freed slot, or the run's failure paused the schedule."""
@@ -725,7 +907,7 @@ class ScheduleCore:
         if run is None:
             return False
         freed, was_paused = run.state == RunStatus.RUNNING, self.state.paused
-        self.settle(scheduled_time, outcome)
+        self.settle(scheduled_time, outcome, now_ms)
         run.outcome_pending = True
         return (freed and self.queued_count() > 0) or self.state.paused != was_paused
 
@@ -742,6 +924,9 @@ class ScheduleCore:
             return
         if error is not None:
             self.record_dead_letter(scheduled_time, idempotency_key, run.outcome(), error)
+        self._delivery_ended(
+            scheduled_time, Delivery.DELIVERED if error is None else Delivery.DEAD_LETTERED
+        )
         self.forget(scheduled_time)
 
     def delivery_interrupted(self, scheduled_time: int, begun: int, max_attempts: int) -> None:
@@ -813,6 +998,7 @@ class ScheduleCore:
             if letter.idempotency_key == idempotency_key:
                 if error is None:
                     self.state.dead_letters.remove(letter)
+                    self._delivery_ended(letter.scheduled_time, Delivery.REDELIVERED)
                 else:
                     letter.redelivering, letter.error = False, error
 
@@ -822,18 +1008,31 @@ class ScheduleCore:
         idempotency_key: str,
         outcome: Outcome | None,
         dead_letter_error: RunError | None = None,
+        *,
+        delivered: bool = True,
+        now_ms: int | None = None,
     ) -> bool:
         """A run reported its end and its outcome's delivery (by completing, or by the
         `run_acknowledged` signal, whose `outcome` is None unless dead-lettered): settle it if
-        its end was not signalled, keep a dead letter, forget it. Returns whether this freed a
-        slot that a queued run can take now, or the run's failure paused the schedule (either
-        way the main loop must decide again)."""
+        its end was not signalled, keep a dead letter, forget it. `delivered` is False for a
+        run whose workflow ended without delivering (and without a dead letter). Returns
+        whether this freed a slot that a queued run can take now, or the run's failure paused
+        the schedule (either way the main loop must decide again)."""
         was_paused = self.state.paused
-        freed = outcome is not None and self.settle(scheduled_time, outcome)
+        freed = outcome is not None and self.settle(scheduled_time, outcome, now_ms)
         run = self.state.runs.get(scheduled_time)
         freed = freed or (run is not None and run.state == RunStatus.RUNNING)
+        if run is not None and run.state in (RunStatus.QUEUED, RunStatus.RUNNING):
+            # Its end came without its outcome: it ended all the same.
+            self._remember_ended(run, None, now_ms)
         if outcome is not None and dead_letter_error is not None:
             self.record_dead_letter(scheduled_time, idempotency_key, outcome, dead_letter_error)
+        if run is not None:
+            if outcome is not None and dead_letter_error is not None:
+                delivery = Delivery.DEAD_LETTERED
+            else:
+                delivery = Delivery.DELIVERED if delivered else Delivery.UNDELIVERED
+            self._delivery_ended(scheduled_time, delivery)
         self.forget(scheduled_time)
         return (freed and self.queued_count() > 0) or self.state.paused != was_paused
 

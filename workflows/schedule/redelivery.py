@@ -25,7 +25,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.kernel import ShellKernel
+    from workflows.kernel import ShellKernel, now_ms
     from workflows.schedule.core import DeadLetter, Run, ScheduleCore, attempts_begun
     from workflows.schedule.models import Outcome, ScheduledRunObject, ScheduleInput
     from workflows.schedule.run import (
@@ -74,7 +74,7 @@ class Deliveries:
     def stopped(self, scheduled_time: int, outcome: Outcome) -> None:
         """A run's child ended as its run stopped: free its slot, deliver its outcome. The
         delivery's ScheduleActivityTask is this task's command; with none, the barrier."""
-        if self._core.stopped(scheduled_time, outcome):
+        if self._core.stopped(scheduled_time, outcome, now_ms()):
             self._kernel.wake()  # a queued run can take the freed slot, or the run paused it
         # The delivery (or the barrier) is this task's command: an update in the next task
         # decides on what this completion changed (the freed slot, a pause on failure).

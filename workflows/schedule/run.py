@@ -528,7 +528,7 @@ class RunReports:
             # The run stopped; the schedule delivers its outcome (that sends a command).
             self._stopped(run.scheduled_time, result.outcome)
             return
-        self.ended(run.scheduled_time, result.outcome, result.dead_letter_error)
+        self.ended(run.scheduled_time, result.outcome, result.dead_letter_error, result.delivered)
         # A run's end frees a slot and forgets the run: decision state (the progress barrier).
         self._send_progress(acknowledged=run.scheduled_time)
 
@@ -538,7 +538,7 @@ class RunReports:
         # paused the schedule: every wake-up cancels and restarts the tick timer (two more
         # history events).
         was_paused = self._core.state.paused
-        if self._core.settle(settled.scheduled_time, settled.outcome) and (
+        if self._core.settle(settled.scheduled_time, settled.outcome, now_ms()) and (
             self._core.queued_count() or self._core.state.paused != was_paused
         ):
             self._kernel.wake()
@@ -548,10 +548,13 @@ class RunReports:
         scheduled_time: int,
         outcome: Outcome | None,
         dead_letter_error: RunError | None = None,
+        delivered: bool = True,
     ) -> None:
         """The run's end and its outcome's delivery (its completion, or `run_acknowledged`)."""
         key = idempotency_key(self._object_id, scheduled_time)
-        if self._core.run_ended(scheduled_time, key, outcome, dead_letter_error):
+        if self._core.run_ended(
+            scheduled_time, key, outcome, dead_letter_error, delivered=delivered, now_ms=now_ms()
+        ):
             self._kernel.wake()  # a queued run can take the freed slot, or it paused
 
     async def hand_over_alive(self) -> bool:

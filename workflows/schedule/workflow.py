@@ -19,10 +19,11 @@ from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
     from workflows import SANDBOXED, metrics
-    from workflows.kernel import NO_INPUT, ShellKernel, decode_start_input, now_ms
+    from workflows.kernel import NO_INPUT, ShellKernel, decode_start_input, now_ms, rejected_as
     from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron, status
     from workflows.schedule.core import (
         DeadLetter,
+        InvalidRequest,
         Run,
         ScheduleCore,
         ScheduleWorkflowInput,
@@ -31,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         parse_backfill,
         parse_cancel,
         parse_configure,
+        parse_describe,
         parse_pause,
         parse_redeliver,
         parse_set,
@@ -181,7 +183,7 @@ class DurabilityScheduleWorkflow:
         whether a run started."""
         self._day_rule.decide()
         due = self._core.tick(now)
-        startable = [] if self._drain.going else self._core.take_startable()
+        startable = [] if self._drain.going else self._core.take_startable(now)
         skipped = [s for s in (self._core.caught_up, due) if isinstance(s, Skipped)]
         for skip in skipped:
             workflow.logger.warning(
@@ -421,6 +423,14 @@ class DurabilityScheduleWorkflow:
     def get(self) -> dict[str, Any] | None:
         """The live schedule, or None."""
         return self._core.get()
+
+    @workflow.query(name="describe")
+    def describe(self, raw: Any = None) -> dict[str, Any]:
+        """The live schedule, `paused`, the last runs that ended, the next fire times and the
+        counters; `{"runs": n, "next": n}` sizes the lists."""
+        with rejected_as(InvalidRequest):
+            query = parse_describe(raw)
+        return self._core.describe(query)
 
     @workflow.query(name="runs")
     def runs(self) -> list[dict[str, Any]]:
