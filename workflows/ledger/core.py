@@ -59,6 +59,7 @@ from workflows.ledger.models import (
     EnqueueResult,
     FrozenRequestInput,
     LedgerConfig,
+    LedgerCounters,
     LedgerInput,
     LedgerState,
     Lenient,
@@ -269,6 +270,7 @@ def enqueue(
     An operation with no participants is blocked at once unless its type is participant-free
     (L5): in the handler, so no later step changes state without a command."""
     free_types = (config or LedgerConfig()).participant_free_types
+    counters = counters_of(state)  # before the sequence moves (it seeds from it)
     accepted: list[str] = []
     duplicates: list[str] = []
     conflicts: list[str] = []
@@ -282,6 +284,7 @@ def enqueue(
         state.operations[intent.id] = record
         state.next_sequence += 1
         accepted.append(intent.id)
+    counters.operations_enqueued += len(accepted)
     return EnqueueResult(accepted=accepted, duplicates=duplicates, conflicts=conflicts)
 
 
@@ -556,6 +559,7 @@ def freeze(
     if protocol_version not in config.supported_protocol_versions:
         request.phase = RequestPhase.BLOCKED
         request.blocker = INTERPRETER_UNAVAILABLE
+        _bump(counters_of(state).requests_blocked, INTERPRETER_UNAVAILABLE)
         _block_operation(
             record,
             [INTERPRETER_UNAVAILABLE],
@@ -791,6 +795,7 @@ def record_attempt(state: LedgerState, report: RequestReport) -> bool:
         return False
     if report.awaiting_grant and not request.waiting and report.attempt <= request.attempt:
         return False  # granted already: its attempt is in progress
+    _count_attempt(state, request, report)
     request.waiting = report.awaiting_grant
     request.attempt = report.attempt
     request.retry_at = report.retry_at
@@ -813,6 +818,7 @@ def record_finished(state: LedgerState, report: RequestReport) -> bool:
     request = state.requests.get(report.request_id)
     if request is None or request.phase in ("resolved", "blocked") or _stale(request, report):
         return False
+    _count_attempt(state, request, report)
     request.attempt = report.attempt
     request.retry_action = report.next_action
     request.last_status = bounded_status(report.status)
@@ -823,6 +829,7 @@ def record_finished(state: LedgerState, report: RequestReport) -> bool:
         request.phase = RequestPhase.RESOLVED
         _release_claims(state, request.id)
         state.resolved_total += len(request.operation_ids)
+        _bump(counters_of(state).operations_resolved, status.outcome, len(request.operation_ids))
         for op_id in request.operation_ids:
             record = state.operations[op_id]
             record.phase = OperationPhase.RESOLVED
@@ -835,6 +842,11 @@ def record_finished(state: LedgerState, report: RequestReport) -> bool:
     request.blocker = reason
     for op_id in request.operation_ids:
         _block_operation(state.operations[op_id], [reason], reason)
+    counters = counters_of(state)
+    refusal = completion_refusal(status)
+    _bump(counters.requests_blocked, "far_side" if refusal is None else "completion")
+    if refusal is not None:
+        _bump(counters.completion_refusals, refusal)
     return True
 
 
@@ -855,7 +867,67 @@ def request_interrupted(state: LedgerState, request_id: str, reason: str, stoppe
     request.blocker = reason
     for op_id in request.operation_ids:
         _block_operation(state.operations[op_id], [reason], reason)
+    _bump(counters_of(state).requests_blocked, reason.split(":", 1)[0])
     return True
+
+
+# ---------------------------------------------------------------- counters (the snapshot's)
+
+# A counter keyed by a kind keeps at most MAX_COUNTER_KINDS kinds (a new one past them counts
+# as `other`), each cut to MAX_COUNTER_KIND characters: the kinds are the ledger's own words,
+# this only guards the carried state.
+MAX_COUNTER_KINDS = 16
+MAX_COUNTER_KIND = 40
+
+
+def counters_of(state: LedgerState) -> LedgerCounters:
+    """The state's counters. State carried from a build before them starts them from what
+    it knows (every operation ever enqueued took a sequence): `read_start` seeds them as the
+    state comes, before anything changes it."""
+    if state.counters is None:
+        state.counters = LedgerCounters(operations_enqueued=state.next_sequence - 1)
+    return state.counters
+
+
+def _bump(counts: dict[str, int], kind: str, amount: int = 1) -> None:
+    kind = str(kind)[:MAX_COUNTER_KIND]
+    if kind not in counts and len(counts) >= MAX_COUNTER_KINDS:
+        kind = "other"
+    counts[kind] = counts.get(kind, 0) + amount
+
+
+def completion_refusal(status: RequestStatus) -> str | None:
+    """`refused` or `failed` when this blocked status is a `complete_activity` that blocked a
+    resolution (`completion_blocked` keeps the far side's applied/rejected, which the far side
+    itself can never answer with `blocked`), else None."""
+    if not status.blocked or status.outcome not in ("applied", "rejected"):
+        return None
+    return "failed" if (status.error or "").startswith(COMPLETION_FAILED) else "refused"
+
+
+def attempt_answer(status: RequestStatus) -> str:
+    """What one submit or query answered, as `request_attempts` counts it: applied, rejected,
+    accepted, blocked, unresolved, transport (the call failed) or unknown (unreadable)."""
+    if completion_refusal(status) is not None or (
+        status.outcome in ("applied", "rejected", "accepted") and not status.blocked
+    ):
+        return str(status.outcome)
+    if status.blocked:
+        return "blocked"
+    error = status.error or ""
+    if error.startswith("transport:"):
+        return "transport"
+    if error.startswith(("unknown answer", "invalid status")):
+        return "unknown"
+    return "unresolved"
+
+
+def _count_attempt(state: LedgerState, request: RequestRecord, report: RequestReport) -> None:
+    """Count the attempt a report tells of, once: a report of an attempt already counted (a
+    reminder sent again while it waits for its grant) counts nothing."""
+    if report.attempt > request.attempt:
+        answer = attempt_answer(normalize_status(report.status))
+        _bump(counters_of(state).request_attempts, answer)
 
 
 # ---------------------------------------------------------------- operator actions
@@ -971,6 +1043,7 @@ def skip(state: LedgerState, op_id: str, reason: str) -> None:
     record.phase = OperationPhase.RESOLVED
     record.outcome = SKIPPED
     state.resolved_total += 1
+    _bump(counters_of(state).operations_resolved, SKIPPED)
     record.error = reason
     record.blockers = []
 
@@ -1243,6 +1316,7 @@ def read_start(read: Callable[[], Any], workflow_id: str) -> Start:
         error = error or f"invalid OperationLedger input: {problem}"
         ledger_id = ledger_id[:100]
     state = start.carried_state or LedgerState(ledger_id=ledger_id)
+    counters_of(state)  # seeded now, from the state as it came
     return Start(config, ledger_id, state, error, coerced)
 
 
@@ -1378,6 +1452,7 @@ def snapshot(state: LedgerState, query: SnapshotQuery | None = None) -> dict[str
         "dropped_signals": state.dropped_signals,
         "signal_conflicts": state.signal_conflicts,
         "counts": counts(state),
+        "counters": (state.counters or LedgerCounters()).model_dump(mode="json"),
         "operations": [
             {
                 "id": r.intent.id,

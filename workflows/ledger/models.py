@@ -281,6 +281,23 @@ class RequestRecord(BaseModel):
     waiting: bool = False
 
 
+class LedgerCounters(BaseModel):
+    """What happened since the ledger's first run on a build with counters (0.1.1); the
+    snapshot's `counters`. Every dict is keyed by a small fixed vocabulary."""
+
+    operations_enqueued: int = 0
+    # By outcome: applied, rejected, skipped.
+    operations_resolved: dict[str, int] = Field(default_factory=dict)
+    # Submit and query calls reported by the ledger's requests, by answer: applied, rejected,
+    # accepted, unresolved, blocked, transport (the call failed), unknown (unreadable).
+    request_attempts: dict[str, int] = Field(default_factory=dict)
+    # Requests that became blocked, by kind of reason: far_side (a `blocked` answer),
+    # completion (its `complete_activity` refused or failed), or an interruption's kind.
+    requests_blocked: dict[str, int] = Field(default_factory=dict)
+    # `complete_activity` answers that blocked a resolution: refused, failed.
+    completion_refusals: dict[str, int] = Field(default_factory=dict)
+
+
 class LedgerState(BaseModel):
     """Everything the ledger knows; carried whole across continue-as-new, so bounded (see
     `core.compact` and `core.check_budget`)."""
@@ -306,6 +323,8 @@ class LedgerState(BaseModel):
     # request id -> an outcome, `blocked` or `no_answer`. Only a stopping ledger has any (at
     # most MAX_STOP_QUERIES), and a stopped one is never carried on.
     stop_answers: dict[str, str] = Field(default_factory=dict)
+    # None only in state carried from a build before counters (see `core.counters_of`).
+    counters: LedgerCounters | None = None
 
 
 class LedgerInput(LedgerConfig):
