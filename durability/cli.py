@@ -3,6 +3,7 @@
     durability schedule set acct-42 "@every 5m" --version 3 --params '{"plan": "pro"}'
     durability schedule get acct-42
     durability schedule runs acct-42 --json
+    durability schedule describe acct-42 --runs 5 --next 3
     durability schedule list --query "DurabilityScheduleVersion >= 3"
     durability schedule pause --query "DurabilityObjectId STARTS_WITH 'acct-'" --dry-run
     durability ledger enqueue canvas-7 --file ops.json
@@ -431,6 +432,63 @@ def show_runs(result: Any, args: argparse.Namespace) -> str:
     return table(("scheduled_time", "due_at", "state", "attempt", "error"), rows)
 
 
+async def schedule_describe(client: DurabilityClient, args: argparse.Namespace) -> Any:
+    return await client.describe(args.object_id, runs=args.runs, next_times=args.next)
+
+
+def show_describe(result: Any, args: argparse.Namespace) -> str:
+    """The schedule, the last runs that ended, the next fire times and the counters."""
+    schedule = result.get("schedule")
+    paused = result.get("paused")
+    if schedule is None:
+        head = "no live schedule (never set, or cancelled)" + ("; paused" if paused else "")
+        parts = [head]
+    else:
+        parts = [show_schedule({**schedule, "paused": paused}, args)]
+    note = result.get("pause_note")
+    if note:
+        parts.append(f"paused: {note}")
+    recent = result.get("recent_runs") or []
+    if recent:
+        rows = [
+            (iso(r["scheduled_time"]), iso(r.get("started_at")), iso(r.get("ended_at")),
+             (r.get("outcome") or {}).get("status", "unreported"),
+             _error_text((r.get("outcome") or {}).get("error")), r["delivery"])
+            for r in recent
+        ]  # fmt: skip
+        parts.append(
+            table(("ended run", "started_at", "ended_at", "outcome", "error", "delivery"), rows)
+        )
+    else:
+        parts.append("no run has ended yet")
+    upcoming = result.get("next_fire_times") or []
+    if upcoming:
+        parts.append(table(("next fire time",), [(iso(t),) for t in upcoming]))
+    else:
+        parts.append("no upcoming fire time")
+    parts.append(_counters_table(result.get("counters") or {}, "counters since 0.1.1"))
+    return "\n\n".join(parts)
+
+
+def _error_text(error: Any) -> str | None:
+    if not isinstance(error, dict):
+        return None
+    return f"{error.get('name')}: {error.get('message')}"
+
+
+def _counters_table(counters: dict[str, Any], heading: str) -> str:
+    """Counters as a `heading` / value table; a counter by kind gets a row per kind."""
+    rows: list[tuple[str, Any]] = []
+    for name, value in counters.items():
+        if isinstance(value, dict):
+            rows.extend((f"{name}.{kind}", count) for kind, count in sorted(value.items()))
+            if not value:
+                rows.append((name, 0))
+        else:
+            rows.append((name, value))
+    return table((heading, "value"), rows)
+
+
 # -- ledger ---------------------------------------------------------------------
 
 
@@ -597,6 +655,9 @@ def show_snapshot(result: Any, args: argparse.Namespace) -> str:
         parts.append(
             table(("request", "phase", "attempt", "retry_at", "next", "canvases"), request_rows)
         )
+    counters = result.get("counters")
+    if counters:
+        parts.append(_counters_table(counters, "counters since 0.1.1"))
     return "\n\n".join(parts)
 
 
@@ -678,6 +739,8 @@ SCHEDULE_COMMANDS: tuple[tuple[str, Command, Show, str], ...] = (
     ("cancel", schedule_cancel, show_cancel, "cancel future ticks"),
     ("get", schedule_get, show_schedule, "the stored schedule"),
     ("runs", schedule_runs, show_runs, "runs not yet acknowledged"),
+    ("describe", schedule_describe, show_describe,
+     "the schedule, its last runs, next fire times and counters"),
     ("pause", schedule_pause, show_pause, "stop ticks (recorded runs go on)"),
     ("unpause", schedule_unpause, show_unpause, "tick again from now"),
     ("trigger", schedule_trigger, show_trigger, "record a run now"),
@@ -826,6 +889,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmd = commands["close"]
     cmd.add_argument("--wait", action="store_true", help="return once the schedule has closed")
     _add_configure(commands["configure"], "schedule", '{"max_concurrent_runs": 3}')
+    cmd = commands["describe"]
+    cmd.add_argument("--runs", type=int, help="last runs that ended to show (0..10, default 10)")
+    cmd.add_argument("--next", type=int, help="next fire times to show (0..50, default 10)")
     cmd = commands["redeliver"]
     cmd.add_argument("idempotency_key", help="the dead letter's key: <object_id>:<time>")
     cmd = commands["backfill"]

@@ -404,6 +404,12 @@ def _check_pause(payload: Any) -> object:
     return schedule_core.parse_pause(payload)
 
 
+def _check_describe(payload: Any) -> object:
+    from workflows.schedule import core as schedule_core
+
+    return schedule_core.parse_describe(payload)
+
+
 def _check_release(payload: Any) -> object:
     from workflows.ledger import core as ledger_core
 
@@ -1143,6 +1149,21 @@ class DurabilityClient:
             search_attributes.SCHEDULE_VERSION
         )
         return version
+
+    async def describe(
+        self, object_id: str, *, runs: int | None = None, next_times: int | None = None
+    ) -> dict[str, Any]:
+        """The `describe` query: the live schedule (as `get`, or None), `paused`, the last
+        `runs` runs that ended (newest first, 0..10, default 10), the next `next_times` fire
+        times (0..50, default 10) and the counters since 0.1.1."""
+        workflow_id = schedule_workflow_id(object_id)
+        sizes = {
+            key: value for key, value in (("runs", runs), ("next", next_times)) if value is not None
+        }
+        _checked(workflow_id, "describe", lambda: _check_describe(sizes))
+        args = (sizes,) if sizes else ()
+        described: dict[str, Any] = await self._query(workflow_id, "describe", *args)
+        return described
 
     async def list_runs(self, object_id: str) -> list[RunView]:
         result: list[RunView] = await self._query(schedule_workflow_id(object_id), "runs")

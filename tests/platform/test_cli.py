@@ -319,6 +319,21 @@ async def test_ledger_commands_enqueue_snapshot_claims_hold_release_resume_stop(
         table = await durability_cli(dev_server_address, "ledger", "snapshot", ledger_id)
         assert "op-1" in table.stdout and "resolved" in table.stdout
         assert "operations: resolved 2" in table.stdout
+        # Counted once each: the file sent twice enqueued two operations.
+        counters = json.loads(
+            (
+                await durability_cli(dev_server_address, "--json", "ledger", "snapshot", ledger_id)
+            ).stdout
+        )["counters"]
+        assert counters == {
+            "operations_enqueued": 2,
+            "operations_resolved": {"applied": 2},
+            "request_attempts": {"applied": 2},
+            "requests_blocked": {},
+            "completion_refusals": {},
+        }
+        assert re.search(r"^operations_enqueued\s+2$", table.stdout, re.MULTILINE), table.stdout
+        assert re.search(r"^operations_resolved\.applied\s+2$", table.stdout, re.MULTILINE)
         page = await durability_cli(
             dev_server_address, "--json", "ledger", "snapshot", ledger_id, "--limit", "1"
         )

@@ -9,6 +9,7 @@
  */
 import {
   EnqueueResult,
+  LedgerCounters,
   RunError,
   RunView,
   ScheduleView,
@@ -173,6 +174,14 @@ const snapshotCounts = object<SnapshotCounts>({
   resolved_total: int,
 });
 
+const ledgerCounters = object<LedgerCounters>({
+  operations_enqueued: int,
+  operations_resolved: recordOf(int),
+  request_attempts: recordOf(int),
+  requests_blocked: recordOf(int),
+  completion_refusals: recordOf(int),
+});
+
 export const snapshot = object<Snapshot>({
   ledger_id: str,
   stopped: bool,
@@ -181,6 +190,7 @@ export const snapshot = object<Snapshot>({
   dropped_signals: int,
   signal_conflicts: int,
   counts: snapshotCounts,
+  counters: ledgerCounters,
   operations: arrayOf(snapshotOperation),
   next_after: nullable(int),
   requests: arrayOf(snapshotRequest),

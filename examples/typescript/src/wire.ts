@@ -259,6 +259,22 @@ export interface SnapshotCounts {
   resolved_total: number;
 }
 
+/**
+ * What happened since the ledger's first run on 0.1.1 (not since a page): every map lists only
+ * the kinds that happened, keyed by the ledger's own words.
+ */
+export interface LedgerCounters {
+  operations_enqueued: number;
+  /** By outcome: applied, rejected, skipped. */
+  operations_resolved: Partial<Record<OperationOutcome, number>>;
+  /** Submit and query calls by answer: applied, rejected, accepted, unresolved, blocked, transport, unknown. */
+  request_attempts: { [answer: string]: number };
+  /** Requests that became blocked, by kind of reason (far_side, completion, ...). */
+  requests_blocked: { [kind: string]: number };
+  /** `complete_activity` answers that blocked a resolution: refused, failed. */
+  completion_refusals: { [kind: string]: number };
+}
+
 /** 3.4 `snapshot` query result (also what `stop` returns): one page of operations. */
 export interface Snapshot {
   ledger_id: string;
@@ -269,6 +285,7 @@ export interface Snapshot {
   /** IDs that `enqueue` signals sent with another intent than the recorded one. */
   signal_conflicts: number;
   counts: SnapshotCounts;
+  counters: LedgerCounters;
   /** Oldest first (by `sequence`), at most `limit`. */
   operations: SnapshotOperation[];
   /** The `after` of the next page; `null` on the last page. */
