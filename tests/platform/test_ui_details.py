@@ -5,6 +5,8 @@ The UI reads them with the built-in `__temporal_workflow_metadata` query, as thi
 
 from __future__ import annotations
 
+import itertools
+from datetime import datetime
 from typing import Any
 
 from temporalio.api.sdk.v1 import WorkflowMetadata
@@ -12,6 +14,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from durability.client import DurabilityClient
 from tests.support.helpers import eventually, running_worker
+from workflows.schedule import status
 
 
 async def current_details(handle: WorkflowHandle[Any, Any]) -> str:
@@ -44,3 +47,34 @@ async def test_a_schedule_and_a_ledger_show_their_state_as_current_details(
         assert "Canvases claimed: 0; holds: 0" in shown, shown
         await durability.stop(f"ui-{unique}")
         assert (await current_details(ledger)).startswith("**Stopped.**")
+
+
+async def test_a_schedules_details_show_its_last_runs_and_next_fire_times(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    durability = DurabilityClient(client, task_queue)
+    async with running_worker(client, task_queue):
+        object_id = f"ui-runs-{unique}"
+        await durability.set_schedule(object_id, "@every 1s", version=1)
+        schedule = client.get_workflow_handle(f"schedule:{object_id}")
+
+        async def with_runs() -> str | None:
+            details = await current_details(schedule)
+            return details if details.count("\n- ") >= 2 else None
+
+        shown = await eventually(with_runs, timeout=30)
+        described = await durability.describe(object_id)
+        assert "Last runs (newest first):" in shown, shown
+        runs = [line for line in shown.splitlines() if line.startswith("- ")]
+        assert 2 <= len(runs) <= status.DETAILS_RUNS, shown
+        assert all(line.endswith((": complete, delivered", ": complete, pending")) for line in runs)
+        [upcoming] = [line for line in shown.splitlines() if line.startswith("Next fire times: ")]
+        times = [
+            int(datetime.fromisoformat(t).timestamp() * 1000)
+            for t in upcoming.removeprefix("Next fire times: ").split(", ")
+        ]
+        assert len(times) == status.DETAILS_NEXT_TIMES
+        # A second apart, as `describe` has them (the details may be a tick behind it).
+        assert [b - a for a, b in itertools.pairwise(times)] == [1000] * (len(times) - 1)
+        assert set(times[1:]) & set(described["next_fire_times"]), (times, described)
+        await schedule.terminate("test done")

@@ -33,6 +33,7 @@ from workflows.schedule.models import (
     SetRequest,
     SkipReason,
 )
+from workflows.schedule.status import DETAILS_NEXT_TIMES, DETAILS_RUNS, details, iso
 
 ERRORED = Outcome(status="errored", error=RunError(name="Boom", message="x" * 1000))
 COMPLETE = Outcome(status="complete")
@@ -337,3 +338,27 @@ def test_describe_arguments_default_and_bound() -> None:
     assert parse_describe({"runs": 0, "next": MAX_NEXT_FIRE_TIMES}) == DescribeQuery(
         runs=0, next=MAX_NEXT_FIRE_TIMES
     )
+
+
+def test_the_ui_details_show_the_last_runs_and_next_times_bounded() -> None:
+    core = core_of(max_concurrent_runs=1)
+    core.set(SetRequest(expression="every:100", version=1), 0, min)
+    for n in range(1, RECENT_RUNS_KEPT + 3):
+        core.tick(n * 100)
+        core.take_startable(n * 100)
+        core.stopped(n * 100, ERRORED if n % 2 else COMPLETE, n * 100 + 50)
+        core.delivered(n * 100, f"o:{n}", None)
+    shown = details(core.state, core.next_wake_at(), core.next_fire_times(MAX_NEXT_FIRE_TIMES))
+    lines = shown.splitlines()
+    start = lines.index("Last runs (newest first):")
+    assert lines[start + 1] == ""  # a blank line first, so the UI renders a list
+    runs = lines[start + 2 : start + 2 + DETAILS_RUNS + 1]
+    assert runs[:DETAILS_RUNS] == [
+        f"- {iso(n * 100)}: {'errored (Boom)' if n % 2 else 'complete'}, delivered"
+        for n in range(RECENT_RUNS_KEPT + 2, RECENT_RUNS_KEPT + 2 - DETAILS_RUNS, -1)
+    ]
+    assert runs[DETAILS_RUNS] == ""  # no more than DETAILS_RUNS
+    upcoming = [line for line in lines if line.startswith("Next fire times: ")]
+    expected = core.next_fire_times(DETAILS_NEXT_TIMES)
+    assert upcoming == ["Next fire times: " + ", ".join(iso(t) for t in expected)]
+    assert len(shown) < 1024

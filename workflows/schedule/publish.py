@@ -6,6 +6,7 @@ Each upsert is a billed action and a visibility write, so only what changed is s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,8 +31,11 @@ class Published:
         self._state: str | None = None
         self._publishes_state: bool | None = None
 
-    def publish(self, state: ScheduleState, wake_at: int | None) -> None:
-        """Upsert the search attributes that changed, and set the UI's current details."""
+    def publish(
+        self, state: ScheduleState, wake_at: int | None, next_times: Sequence[int] = ()
+    ) -> None:
+        """Upsert the search attributes that changed, and set the UI's current details (with
+        `next_times`, the next fire times)."""
         updates: list[Any] = []
         first = "next_tick_at" not in self._values  # this run's first workflow task
         if first:
@@ -52,7 +56,7 @@ class Published:
         if updates:
             workflow.upsert_search_attributes(updates)
         self._publish_state(status.lifecycle_state(state))
-        workflow.set_current_details(status.details(state, wake_at))
+        workflow.set_current_details(status.details(state, wake_at, next_times))
 
     def _publish_state(self, current: str) -> None:
         """Upsert the state memo when it changed (a continue-as-new carries the memo over)."""

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from workflows.schedule.core import ScheduleState
+from workflows.schedule.core import RecentRun, ScheduleState
 
 # `DurabilityNextTickAt` is refreshed when the next tick moves earlier, or later by more than
 # this: each upsert is a billed action and a visibility write, so not on every tick.
@@ -39,8 +40,26 @@ def lifecycle_state(state: ScheduleState) -> str:
     return "paused" if state.paused else "live"
 
 
-def details(state: ScheduleState, wake_at: int | None) -> str:
-    """Markdown for the UI's "Current Details": the live schedule and its runs."""
+# How many of the last ended runs and of the next fire times the details show (each line is
+# short, so the details stay well under a kilobyte).
+DETAILS_RUNS = 5
+DETAILS_NEXT_TIMES = 5
+
+
+def _ended_line(run: RecentRun) -> str:
+    outcome = run.outcome
+    if outcome is None:
+        shown = "ended (outcome not reported)"
+    elif outcome.error is not None:
+        shown = f"errored ({outcome.error.name})"
+    else:
+        shown = outcome.status
+    return f"- {iso(run.scheduled_time)}: {shown}, {run.delivery.value.replace('_', ' ')}"
+
+
+def details(state: ScheduleState, wake_at: int | None, next_times: Sequence[int] = ()) -> str:
+    """Markdown for the UI's "Current Details": the live schedule, its runs, the last runs
+    that ended and the next fire times (`next_times`, as `ScheduleCore.next_fire_times`)."""
     stored = state.schedule
     if stored is None or stored.expression is None:
         head = "No live schedule (never set, or cancelled)."
@@ -54,4 +73,11 @@ def details(state: ScheduleState, wake_at: int | None) -> str:
         head = f"**Paused.**{note}  \n{head}" if note else f"**Paused.** {head}"
     states = [run.state.value for run in state.runs.values()]
     counts = ", ".join(f"{states.count(s)} {s}" for s in sorted(set(states))) or "none"
-    return f"{head}  \nRuns awaiting acknowledgement: {counts}"
+    text = f"{head}  \nRuns awaiting acknowledgement: {counts}"
+    recent = state.recent_runs[::-1][:DETAILS_RUNS]
+    if recent:
+        text += "\n\nLast runs (newest first):\n\n" + "\n".join(_ended_line(r) for r in recent)
+    upcoming = list(next_times)[:DETAILS_NEXT_TIMES]
+    if upcoming:
+        text += "\n\nNext fire times: " + ", ".join(iso(t) for t in upcoming)
+    return text

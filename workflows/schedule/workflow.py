@@ -195,7 +195,11 @@ class DurabilityScheduleWorkflow:
             metrics.record(metrics.QUEUE_DEPTH, self._core.queued_count())
         for run, last_slot in zip(startable, self._core.takes_last_slot(startable), strict=True):
             self._runs.start(run, settle_by_signal=last_slot)
-        self._published.publish(self._core.state, self._core.next_wake_at())
+        self._published.publish(
+            self._core.state,
+            self._core.next_wake_at(),
+            self._core.next_fire_times(status.DETAILS_NEXT_TIMES),
+        )
         return bool(startable)
 
     def _woken(self) -> bool:
