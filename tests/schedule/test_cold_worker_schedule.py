@@ -641,3 +641,33 @@ async def test_a_message_after_a_failed_run_paused_the_schedule_on_a_cold_worker
             await eventually(lambda: _no_runs_left(handle), timeout=30)
     assert failed in acts.accepted
     await assert_healthy_and_updated(client, handle)
+
+
+async def test_describe_answers_the_same_on_a_cold_worker(client: Client) -> None:
+    """The ring of ended runs and the counters are carried state, their times read from the
+    workflow's clock: a cold worker replaying the history answers `describe` as the worker
+    that recorded it did."""
+    suffix, task_queue, activity_queue = cold_names()
+    acts = ColdScheduleFake()
+    async with activity_worker(client, activity_queue, acts.activities()):
+        async with workflow_worker(client, task_queue):
+            handle = await _start_schedule(client, suffix, task_queue, activity_queue)
+            await handle.execute_update("set", {"expression": YEARLY, "version": 1})
+            await _trigger_and_wait(handle, acts)
+            await _dead_letter(handle, acts)
+            acts.refusing = False
+            await handle.execute_update(
+                "set", {"expression": YEARLY, "version": 2, "params": {"fail": True}}
+            )
+            await _trigger_and_wait(handle, acts)
+            await eventually(lambda: _no_runs_left(handle), timeout=30)
+            warm = await handle.query("describe")
+        async with workflow_worker(client, task_queue):
+            cold = await handle.query("describe")
+    assert cold == warm
+    assert [r["delivery"] for r in warm["recent_runs"]] == [
+        "delivered", "dead_lettered", "delivered"
+    ]  # fmt: skip
+    assert warm["recent_runs"][0]["outcome"]["status"] == "errored"
+    assert (warm["counters"]["runs_started"], warm["counters"]["outcomes_dead_lettered"]) == (3, 1)
+    await assert_healthy(client, handle)
