@@ -647,7 +647,15 @@ PINNED_SCHEDULE_STARTS: list[tuple[Any, str, str | None]] = [
     ({"remaining_runs": 10**9 + 1}, "remaining_runs", None),
 ]
 
-SCHEDULE_QUERIES = ["get", "runs", "paused", "pause_note", "skipped_ticks", "dropped_signals"]
+SCHEDULE_QUERIES = [
+    "get",
+    "runs",
+    "paused",
+    "pause_note",
+    "skipped_ticks",
+    "dropped_signals",
+    "describe",
+]
 # `pause` reads only its `note`: a string of at most 1200 characters, or refused naming it.
 PINNED_PAUSES: list[tuple[Any, bool]] = [
     ({"note": "deploying"}, True),
@@ -670,6 +678,12 @@ async def test_schedule_messages_are_applied_or_refused_naming_the_field(
     sets += [({"expression": e, "version": 7}, "expression") for e in draw(expressions, 25, 14)]
     sets += PINNED_SETS
     cancels = draw(cancel_payloads, 15, 2) + PINNED_CANCELS
+    describe_args = draw(
+        st.fixed_dictionaries({}, optional={"runs": numbers | leaf, "next": numbers | leaf})
+        | any_value(MESSAGE_DEPTH),
+        12,
+        15,
+    )
     async with running_worker(client, task_queue):
         handle = await client.start_workflow(
             "DurabilitySchedule", {}, id=f"schedule:fuzz-{unique}", task_queue=task_queue
@@ -685,6 +699,14 @@ async def test_schedule_messages_are_applied_or_refused_naming_the_field(
             applied = await update(handle, message, payload, name, {"InvalidRequest"})
             await signal_after(handle, message, payload, not applied, dropped)
             await answers(handle, SCHEDULE_QUERIES, f"{message} {name!r}", payload)
+
+        for arg in describe_args:
+            # A bad argument fails the query naming the field; the workflow is untouched.
+            try:
+                await handle.query("describe", arg, rpc_timeout=QUERY_TIMEOUT)
+            except WorkflowQueryFailedError as error:
+                assert "describe" in str(error), context(f"describe: {error}", arg)
+            await answers(handle, SCHEDULE_QUERIES, "describe argument", arg)
 
         await handle.execute_update("cancel", {})
         await answers(handle, SCHEDULE_QUERIES, "a valid cancel", {})

@@ -362,3 +362,27 @@ def test_the_ui_details_show_the_last_runs_and_next_times_bounded() -> None:
     expected = core.next_fire_times(DETAILS_NEXT_TIMES)
     assert upcoming == ["Next fire times: " + ", ".join(iso(t) for t in expected)]
     assert len(shown) < 1024
+
+
+def test_the_ring_and_counters_take_at_most_24_kib_of_the_state_budget() -> None:
+    """docs/limits.md: the worst case, every error cut at its bound and made of characters
+    JSON escapes six-fold, every counter at the largest safe integer."""
+    largest = 2**53 - 1
+    worst = ERRORED.model_copy(
+        update={"error": RunError(name="\x00" * 1000, message="\x00" * 1000)}
+    )
+    core = core_of(max_concurrent_runs=1)
+    core.set(SetRequest(expression="every:1", version=1), 0, min)
+    for n in range(1, RECENT_RUNS_KEPT * 2):
+        core.tick(largest - 10**6 + n)
+        [run] = core.take_startable(largest - 10**6 + n)
+        core.stopped(run.scheduled_time, worst, largest)
+        core.delivered(run.scheduled_time, "o", RunError(name="x", message="y"))
+    counters = core.counters
+    for name in type(counters).model_fields:
+        if name != "ticks_skipped":
+            setattr(counters, name, largest)
+    counters.ticks_skipped = {reason.value: largest for reason in SkipReason}
+    carried = ScheduleState(recent_runs=core.state.recent_runs, counters=counters)
+    assert len(carried.recent_runs) == RECENT_RUNS_KEPT
+    assert len(carried.model_dump_json()) <= 24 * 1024
