@@ -51,6 +51,11 @@ def every(expression: str, after_ms: int) -> int | None:
     return following
 
 
+def no_pick(max_ms: int) -> int:
+    """The jitter a `{max_ms}` range would draw: these tests store integer jitters."""
+    return 0
+
+
 def core_of(state: ScheduleState | None = None, **settings: Any) -> ScheduleCore:
     return ScheduleCore(
         state or ScheduleState(),
@@ -77,7 +82,7 @@ class DescribeMachine(RuleBasedStateMachine):
         super().__init__()
         self.now = 1_000_000
         self.core = core_of(max_dead_letters=3)
-        self.core.set(SetRequest(expression="every:100", version=1, jitter_ms=7), self.now, min)
+        self.core.set(SetRequest(expression="every:100", version=1, jitter_ms=7), self.now, no_pick)
         # The model: ended runs in end order (scheduled_time -> outcome wire, delivery).
         self.ended: list[tuple[int, dict[str, Any] | None, str]] = []
         self.started = self.completed = self.errored = 0
@@ -234,7 +239,7 @@ def test_next_fire_times_iterate_next_occurrence_plus_the_stored_jitter(
 ) -> None:
     expression = f"every:{step}" if end is None else f"until:{step}:{end}"
     core = core_of()
-    core.set(SetRequest(expression=expression, version=1, jitter_ms=jitter), now, min)
+    core.set(SetRequest(expression=expression, version=1, jitter_ms=jitter), now, no_pick)
     times = core.next_fire_times(count)
     expected: list[int] = []
     cursor = every(expression, now)
@@ -250,7 +255,7 @@ def test_next_fire_times_iterate_next_occurrence_plus_the_stored_jitter(
 def test_no_fire_times_while_paused_cancelled_or_never_set() -> None:
     core = core_of()
     assert core.next_fire_times(10) == []
-    core.set(SetRequest(expression="every:100", version=1), 0, min)
+    core.set(SetRequest(expression="every:100", version=1), 0, no_pick)
     assert core.next_fire_times(3) == [100, 200, 300]
     core.pause()
     assert core.next_fire_times(3) == []
@@ -281,7 +286,7 @@ def test_state_from_the_previous_build_loads_and_counts_from_what_it_knows() -> 
 
 def test_a_skipped_tick_counts_under_its_reason() -> None:
     core = core_of(max_concurrent_runs=1, max_queued_runs=0)
-    core.set(SetRequest(expression="every:100", version=1), 0, min)
+    core.set(SetRequest(expression="every:100", version=1), 0, no_pick)
     core.tick(100)
     core.take_startable(100)
     core.tick(200)
@@ -292,7 +297,7 @@ def test_a_skipped_tick_counts_under_its_reason() -> None:
 
 def test_a_recent_run_keeps_its_times_and_a_cut_error() -> None:
     core = core_of()
-    core.set(SetRequest(expression="every:100", version=1, jitter_ms=5), 0, min)
+    core.set(SetRequest(expression="every:100", version=1, jitter_ms=5), 0, no_pick)
     core.tick(105)
     core.take_startable(110)
     core.stopped(100, ERRORED, 150)
@@ -342,7 +347,7 @@ def test_describe_arguments_default_and_bound() -> None:
 
 def test_the_ui_details_show_the_last_runs_and_next_times_bounded() -> None:
     core = core_of(max_concurrent_runs=1)
-    core.set(SetRequest(expression="every:100", version=1), 0, min)
+    core.set(SetRequest(expression="every:100", version=1), 0, no_pick)
     for n in range(1, RECENT_RUNS_KEPT + 3):
         core.tick(n * 100)
         core.take_startable(n * 100)
@@ -372,7 +377,7 @@ def test_the_ring_and_counters_take_at_most_24_kib_of_the_state_budget() -> None
         update={"error": RunError(name="\x00" * 1000, message="\x00" * 1000)}
     )
     core = core_of(max_concurrent_runs=1)
-    core.set(SetRequest(expression="every:1", version=1), 0, min)
+    core.set(SetRequest(expression="every:1", version=1), 0, no_pick)
     for n in range(1, RECENT_RUNS_KEPT * 2):
         core.tick(largest - 10**6 + n)
         [run] = core.take_startable(largest - 10**6 + n)
