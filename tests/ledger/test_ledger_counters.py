@@ -1,0 +1,53 @@
+"""The snapshot's `counters` end to end: counted once per event through a forced
+continue-as-new, read by the `temporal` CLI and the `durability` CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from tests.ledger.test_ledger_workflow import enqueue, live_ledger, settled
+from tests.support.helpers import durability_cli, eventually, temporal
+from tests.support.ledger import intent
+
+pytestmark = pytest.mark.cacheless
+
+
+async def test_counters_survive_continue_as_new_and_count_each_event_once(
+    client: Client, dev_server_address: str, task_queue: str, unique: str
+) -> None:
+    graph = [intent(f"op{n}", [f"c{n % 3}"], [f"op{n - 3}"] if n >= 3 else []) for n in range(9)]
+    async with live_ledger(
+        client, task_queue, unique, concurrency=3, continue_as_new_after_events=40
+    ) as (_server, handle):
+        first_run = handle.result_run_id
+        await enqueue(handle, *graph)
+        await enqueue(handle, *graph[:3])  # duplicates: not counted again
+        await settled(handle, timeout=60)
+        first = client.get_workflow_handle(handle.id, run_id=first_run)
+
+        async def continued() -> bool:
+            return (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
+
+        await eventually(continued, timeout=30)
+        queried = await temporal(
+            dev_server_address,
+            "workflow", "query", "--workflow-id", handle.id, "--type", "snapshot",
+            "--output", "json",
+        )  # fmt: skip
+        counters = json.loads(queried.stdout)["queryResult"][0]["counters"]
+        # Each request: a submit answered `accepted`, then a query answered `applied`.
+        assert counters == {
+            "operations_enqueued": 9,
+            "operations_resolved": {"applied": 9},
+            "request_attempts": {"accepted": 9, "applied": 9},
+            "requests_blocked": {},
+            "completion_refusals": {},
+        }
+        shown = await durability_cli(dev_server_address, "ledger", "snapshot", unique)
+        assert "counters since 0.1.1" in shown.stdout
+        assert re.search(r"^request_attempts\.accepted\s+9$", shown.stdout, re.MULTILINE)
+        await handle.terminate("test done")
