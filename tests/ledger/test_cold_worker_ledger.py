@@ -422,3 +422,38 @@ async def test_a_stop_whose_final_query_answers_at_a_cold_worker(client: Client)
     # The skip is taken before the stop completes, or refused by a completed ledger.
     assert phases_at_stop["D"] == ("resolved" if skipped[0] is True else "blocked"), skipped
     await assert_healthy_and_updated(client, handle)
+
+
+async def test_snapshot_counters_answer_the_same_on_a_cold_worker(client: Client) -> None:
+    """The counters are carried state changed only by what the history holds: a cold worker
+    replaying it answers the snapshot's `counters` as the worker that recorded it did, a
+    completion's refusal, a `resume` and a `skip` included."""
+    suffix, task_queue, activity_queue = cold_names()
+    acts = LedgerActivities()
+    start = {"activity_task_queue": activity_queue, "complete_activity": "complete"}
+    async with activity_worker(client, activity_queue, acts.all()):
+        async with workflow_worker(client, task_queue):
+            handle = await client.start_workflow(
+                "OperationLedger", start, id=f"ledger:cold-{suffix}", task_queue=task_queue
+            )
+            await enqueue(handle, op("A", "c0", complete_refuse=True), op("B", "c1"))
+            await enqueue(handle, op("D", None))  # no participants: blocked until skipped
+            await until_phase(handle, "A", "blocked")
+            await until_phase(handle, "B", "resolved")
+            assert await handle.execute_update("skip", {"operation_id": "D"}, result_type=bool)
+            await handle.execute_update("resume", {})
+            await until_phase(handle, "A", "resolved")
+            warm = (await handle.query("snapshot"))["counters"]
+        async with workflow_worker(client, task_queue):
+            cold = (await handle.query("snapshot"))["counters"]
+    assert cold == warm
+    assert warm == {
+        "operations_enqueued": 3,
+        "operations_resolved": {"applied": 2, "skipped": 1},
+        # A's submit (applied, then refused by the completion), A's query after the resume,
+        # B's submit: each counts what the far side answered.
+        "request_attempts": {"applied": 3},
+        "requests_blocked": {"completion": 1},
+        "completion_refusals": {"refused": 1},
+    }
+    await assert_healthy(client, handle)
