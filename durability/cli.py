@@ -439,15 +439,12 @@ async def schedule_describe(client: DurabilityClient, args: argparse.Namespace) 
 def show_describe(result: Any, args: argparse.Namespace) -> str:
     """The schedule, the last runs that ended, the next fire times and the counters."""
     schedule = result.get("schedule")
-    paused = result.get("paused")
+    paused, note = result.get("paused"), result.get("pause_note")
     if schedule is None:
         head = "no live schedule (never set, or cancelled)" + ("; paused" if paused else "")
-        parts = [head]
+        parts = [head + (f": {note}" if note is not None else "")]
     else:
-        parts = [show_schedule({**schedule, "paused": paused}, args)]
-    note = result.get("pause_note")
-    if note:
-        parts.append(f"paused: {note}")
+        parts = [show_schedule({**schedule, "paused": paused, "pause_note": note}, args)]
     recent = result.get("recent_runs") or []
     if recent:
         rows = [

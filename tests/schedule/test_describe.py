@@ -167,3 +167,41 @@ async def test_describe_of_a_missing_schedule_says_so_and_creates_nothing(
     assert refused.returncode == 1
     assert "describe.runs must be a non-negative integer <= 10, got -1" in refused.stderr
     await assert_no_workflow(client, f"schedule:{object_id}")
+
+
+async def test_describe_respects_the_schedules_bounds_and_shows_the_pause_note(
+    client: Client, dev_server_address: str, task_queue: str, unique: str
+) -> None:
+    """With `remaining_runs` and `end_at`, the next fire times are only those the schedule
+    will still fire; `pause --note` shows in `describe` and in its table."""
+    object_id = f"bounded-{unique}"
+    hour = 3_600_000
+    end_at = (int(datetime.now(UTC).timestamp() * 1000) // hour + 2) * hour + 1
+    cli = ("--task-queue", task_queue)
+    async with schedule_worker(client, task_queue, ScheduleFake().activities()):
+        options = json.dumps({"remaining_runs": 5, "end_at": end_at})
+        await durability_cli(
+            dev_server_address, *cli, "schedule", "set", object_id, "@hourly", "--version", "1",
+            "--options", options,
+        )  # fmt: skip
+        described = json.loads(
+            (
+                await durability_cli(
+                    dev_server_address, "--json", "schedule", "describe", object_id
+                )
+            ).stdout
+        )
+        # The next two whole hours, then `end_at`: two, not five, not ten.
+        upcoming = described["next_fire_times"]
+        assert len(upcoming) == 2 and all(t % hour == 0 and t < end_at for t in upcoming)
+        await durability_cli(dev_server_address, "schedule", "pause", object_id, "--note", "deploy")
+        paused = await durability_cli(dev_server_address, "schedule", "describe", object_id)
+        assert "pause_note  deploy" in paused.stdout, paused.stdout
+        assert "no upcoming fire time" in paused.stdout
+        note: dict[str, Any] = await client.get_workflow_handle(f"schedule:{object_id}").query(
+            "describe", {"runs": 0, "next": 1}
+        )
+        assert (note["paused"], note["pause_note"], note["next_fire_times"]) == (
+            True, "deploy", []
+        )  # fmt: skip
+        await client.get_workflow_handle(f"schedule:{object_id}").terminate("test done")

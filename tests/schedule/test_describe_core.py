@@ -22,6 +22,7 @@ from workflows.schedule.core import (
     ScheduleCore,
     ScheduleState,
     Skipped,
+    initial_state,
     parse_cancel,
     parse_describe,
 )
@@ -391,3 +392,55 @@ def test_the_ring_and_counters_take_at_most_24_kib_of_the_state_budget() -> None
     carried = ScheduleState(recent_runs=core.state.recent_runs, counters=counters)
     assert len(carried.recent_runs) == RECENT_RUNS_KEPT
     assert len(carried.model_dump_json()) <= 24 * 1024
+
+
+@given(
+    step=st.integers(1, 5_000),
+    now=st.integers(0, 50_000),
+    jitter=st.integers(0, 5_000),
+    start_at=st.one_of(st.none(), st.integers(0, 100_000)),
+    length=st.one_of(st.none(), st.integers(1, 100_000)),
+    remaining=st.one_of(st.none(), st.integers(0, 12)),
+    count=st.integers(0, MAX_NEXT_FIRE_TIMES),
+)
+def test_next_fire_times_stay_within_the_schedules_life(
+    step: int,
+    now: int,
+    jitter: int,
+    start_at: int | None,
+    length: int | None,
+    remaining: int | None,
+    count: int,
+) -> None:
+    """None before `start_at`, none at or after `end_at`, at most `remaining_runs`: each
+    fire time is one a tick will wait for (the schedule bounds of issue 28 item 3)."""
+    end_at = None if length is None else (start_at or 0) + length
+    bounds = {"start_at": start_at, "end_at": end_at, "remaining_runs": remaining}
+    core = core_of(initial_state(ScheduleInput.model_validate(bounds)), **bounds)
+    core.set(SetRequest(expression=f"every:{step}", version=1, jitter_ms=jitter), now, no_pick)
+    expected: list[int] = []
+    cursor = every(f"every:{step}", max(now, (start_at or 0) - 1))
+    while (
+        cursor is not None
+        and (end_at is None or cursor < end_at)
+        and len(expected) < min(count, remaining if remaining is not None else count)
+    ):
+        expected.append(cursor + jitter)
+        cursor = every(f"every:{step}", cursor)
+    times = core.next_fire_times(count)
+    assert times == expected
+    if times:
+        assert times[0] == core.next_wake_at()
+
+
+def test_catchup_skips_count_under_their_reason_and_describe_shows_the_pause_note() -> None:
+    core = core_of(catchup_window_ms=50)
+    core.set(SetRequest(expression="every:100", version=1), 0, no_pick)
+    core.tick(1_000)  # 100 was due 900 ms ago: skipped by the window
+    counters = core.describe(DescribeQuery())["counters"]
+    assert counters["ticks_skipped"] == {SkipReason.CATCHUP_WINDOW.value: 1}
+    assert counters["ticks_skipped_total"] == 1
+    core.pause("deploying")
+    described = core.describe(DescribeQuery())
+    assert (described["paused"], described["pause_note"]) == (True, "deploying")
+    assert described["next_fire_times"] == []
