@@ -3,14 +3,13 @@ continue-as-new, read by the `temporal` CLI and the `durability` CLI."""
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from tests.ledger.test_ledger_workflow import enqueue, live_ledger, settled
-from tests.support.helpers import durability_cli, eventually, temporal
+from tests.support.helpers import durability_cli, eventually, temporal_query
 from tests.support.ledger import intent
 
 pytestmark = pytest.mark.cacheless
@@ -33,12 +32,7 @@ async def test_counters_survive_continue_as_new_and_count_each_event_once(
             return (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
 
         await eventually(continued, timeout=30)
-        queried = await temporal(
-            dev_server_address,
-            "workflow", "query", "--workflow-id", handle.id, "--type", "snapshot",
-            "--output", "json",
-        )  # fmt: skip
-        counters = json.loads(queried.stdout)["queryResult"][0]["counters"]
+        counters = (await temporal_query(dev_server_address, handle.id, "snapshot"))["counters"]
         # Each request: a submit answered `accepted`, then a query answered `applied`.
         assert counters == {
             "operations_enqueued": 9,

@@ -13,7 +13,13 @@ from temporalio.client import Client, WorkflowHandle
 
 from tests.platform.test_cli_truth import assert_no_workflow, one_line_error
 from tests.support.fakes import ScheduleFake
-from tests.support.helpers import durability_cli, eventually, schedule_worker, temporal
+from tests.support.helpers import (
+    durability_cli,
+    eventually,
+    schedule_worker,
+    temporal,
+    temporal_query,
+)
 
 pytestmark = pytest.mark.cacheless
 
@@ -99,12 +105,9 @@ async def test_describe_shows_ended_runs_next_times_and_counters_across_continue
         assert "outcomes_redelivered    1" in as_table.stdout, as_table.stdout
 
         # The temporal CLI asks the same query, sized by its argument.
-        queried = await temporal(
-            dev_server_address,
-            "workflow", "query", "--workflow-id", handle.id, "--type", "describe",
-            "--input", '{"runs": 2, "next": 3}', "--output", "json",
-        )  # fmt: skip
-        sized = json.loads(queried.stdout)["queryResult"][0]
+        sized = await temporal_query(
+            dev_server_address, handle.id, "describe", {"runs": 2, "next": 3}
+        )
         assert sized["recent_runs"] == described["recent_runs"][:2]
         assert sized["next_fire_times"] == upcoming[:3]
 

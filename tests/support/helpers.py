@@ -198,11 +198,13 @@ async def temporal(
     return await run_command([temporal_cli(), *args, "--address", address], check=check)
 
 
-async def temporal_query(address: str, workflow_id: str, name: str) -> Any:
-    """A query's answer read through the real `temporal` CLI (`workflow query --output json`);
-    a null answer (Temporal's `binary/null` payload, which the CLI prints undecoded) is None."""
+async def temporal_query(address: str, workflow_id: str, name: str, arg: Any = None) -> Any:
+    """A query's answer read through the real `temporal` CLI (`workflow query --output json`),
+    with `arg` (as JSON) when given; a null answer (Temporal's `binary/null` payload, which
+    the CLI prints undecoded) is None."""
+    given = () if arg is None else ("--input", json.dumps(arg))
     shown = await temporal(
-        address, "workflow", "query", "--workflow-id", workflow_id, "--name", name,
+        address, "workflow", "query", "--workflow-id", workflow_id, "--name", name, *given,
         "--output", "json",
     )  # fmt: skip
     answer = json.loads(shown.stdout)["queryResult"][0]
