@@ -439,6 +439,7 @@ class ScheduleCore:
         self.next_occurrence = next_occurrence
         # The stale occurrences the last `tick` skipped while a later one ran (see `tick`).
         self.caught_up: Skipped | None = None
+        self._fire_times: tuple[tuple[object, ...], tuple[int, ...]] | None = None
         if state.counters is None:
             state.counters = ScheduleCounters.carried_from(state)
         self.counters: ScheduleCounters = state.counters
@@ -872,6 +873,24 @@ class ScheduleCore:
         remaining = self.state.remaining_runs
         if remaining is not None:
             count = min(count, remaining)
+        # The shell asks on every step for the UI's details: compute again only when what
+        # the times depend on changed (a tick, a `set`, a bound), not on every step.
+        key = (
+            stored.expression,
+            stored.next_at,
+            stored.jitter_ms,
+            count,
+            self.start_at,
+            self.end_at,
+        )
+        if self._fire_times is not None and self._fire_times[0] == key:
+            return list(self._fire_times[1])
+        times = self._compute_fire_times(stored, count)
+        self._fire_times = (key, tuple(times))
+        return times
+
+    def _compute_fire_times(self, stored: StoredSchedule, count: int) -> list[int]:
+        assert stored.expression is not None
         times: list[int] = []
         cursor = stored.next_at
         while cursor is not None and len(times) < count:
