@@ -459,6 +459,8 @@ def show_describe(result: Any, args: argparse.Namespace) -> str:
     else:
         parts.append("no run has ended yet")
     upcoming = result.get("next_fire_times") or []
+    if result.get("remaining_runs") is not None:
+        parts.append(f"remaining runs {result['remaining_runs']}")
     if upcoming:
         parts.append(table(("next fire time",), [(iso(t),) for t in upcoming]))
     else:

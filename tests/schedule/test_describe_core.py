@@ -444,3 +444,14 @@ def test_catchup_skips_count_under_their_reason_and_describe_shows_the_pause_not
     described = core.describe(DescribeQuery())
     assert (described["paused"], described["pause_note"]) == (True, "deploying")
     assert described["next_fire_times"] == []
+
+
+def test_describe_shows_the_live_count_of_remaining_runs() -> None:
+    bounds = {"remaining_runs": 2}
+    core = core_of(initial_state(ScheduleInput.model_validate(bounds)), **bounds)
+    core.set(SetRequest(expression="every:100", version=1), 0, no_pick)
+    assert core.describe(DescribeQuery())["remaining_runs"] == 2
+    core.tick(100)
+    assert core.describe(DescribeQuery())["remaining_runs"] == 1
+    unlimited = core_of()
+    assert unlimited.describe(DescribeQuery())["remaining_runs"] is None

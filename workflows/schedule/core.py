@@ -908,6 +908,8 @@ class ScheduleCore:
             "schedule": self.get(),
             "paused": self.state.paused,
             "pause_note": self.state.pause_note,
+            # The live count of `remaining_runs` (null: no limit); `settings` shows the field.
+            "remaining_runs": self.state.remaining_runs,
             "recent_runs": self.recent_runs(query.runs),
             "next_fire_times": self.next_fire_times(query.next),
             "counters": {
