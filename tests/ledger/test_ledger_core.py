@@ -327,6 +327,25 @@ def test_unsupported_protocol_blocks_the_request_keeps_claims_and_resume_keeps_i
     assert core.plan_dispatches(state, config) == ["b"]
 
 
+def test_a_huge_error_from_the_far_side_or_a_failed_request_is_cut_in_the_carried_state() -> None:
+    """A far side answering `blocked` with a megabyte of error (or a request workflow failing
+    with one) must not grow what the ledger carries across continue-as-new: every copy of
+    the error (the request's blocker, the operation's) is cut to MAX_ERROR_LENGTH."""
+    huge = "x" * 1_000_000
+    state = fresh(intent("a", ["c1"]), intent("b", ["c2"]))
+    config = LedgerConfig()
+    dispatch_all(state, config)
+    finish(state, "r-a", "unresolved", blocked=True, error=huge)
+    for request_id in ("r-b",):
+        core.mark_launched(state, request_id)
+        core.request_interrupted(state, request_id, f"request_workflow_failed: {huge}", False)
+    for request_id, op_id in (("r-a", "a"), ("r-b", "b")):
+        assert state.requests[request_id].phase == "blocked"
+        assert len(state.requests[request_id].blocker or "") == core.MAX_ERROR_LENGTH
+        assert len(state.operations[op_id].error or "") == core.MAX_ERROR_LENGTH
+    assert core.json_size(state) < 20_000
+
+
 def test_blocked_status_keeps_claims_until_resume_relaunches_with_recorded_action() -> None:
     state = fresh(intent("a", ["c1"]), intent("b", ["c1"], ["a"]))
     config = LedgerConfig()

@@ -837,7 +837,8 @@ def record_finished(state: LedgerState, report: RequestReport) -> bool:
             record.error = None if status.error is None else status.error[:MAX_ERROR_LENGTH]
             record.blockers = []
         return True
-    reason = status.error or "blocked"
+    # The far side's error, cut as the operations' copies are: carried with the request.
+    reason = (status.error or "blocked")[:MAX_ERROR_LENGTH]
     request.phase = RequestPhase.BLOCKED
     request.blocker = reason
     for op_id in request.operation_ids:
@@ -864,7 +865,7 @@ def request_interrupted(state: LedgerState, request_id: str, reason: str, stoppe
         request.phase = RequestPhase.FROZEN
         return True
     request.phase = RequestPhase.BLOCKED
-    request.blocker = reason
+    request.blocker = reason[:MAX_ERROR_LENGTH]
     for op_id in request.operation_ids:
         _block_operation(state.operations[op_id], [reason], reason)
     _bump(counters_of(state).requests_blocked, reason.split(":", 1)[0])
