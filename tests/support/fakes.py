@@ -20,9 +20,10 @@ class ScheduleFake:
 
     From the run's params: `sleep_ms` (the run takes that long, heartbeating unless
     `no_heartbeat`), `gated_run` (the run waits until the test sets `run_gate`), `fail` (the run
-    raises ApplicationError type `Boom`), `outcome_failures` (the outcome activity refuses that
-    many attempts first, type `Refused`), `gated_outcome` (the outcome activity, once called,
-    waits until the test sets `outcome_gate`).
+    raises ApplicationError type `Boom`; with `fail_message_chars` its message is that long),
+    `outcome_failures` (the outcome activity refuses that many attempts first, type
+    `Refused`), `gated_outcome` (the outcome activity, once called, waits until the test sets
+    `outcome_gate`).
 
     Switches: every outcome call first waits while `outcomes_open` is clear; while `refusing`,
     it is refused as `Unavailable: receiver down`, and with `refusals_final` too that refusal is
@@ -70,7 +71,9 @@ class ScheduleFake:
         finally:
             self.in_flight -= 1
         if params.get("fail"):
-            raise ApplicationError("the run failed on purpose", type="Boom")
+            # `fail_message_chars`: a message that long (a handler that dumps a huge error).
+            message = "m" * params.get("fail_message_chars", 0) or "the run failed on purpose"
+            raise ApplicationError(message, type="Boom")
         self.finished.append(run["scheduled_time"])
 
     @activity.defn(name="on_outcome")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from workflows.limits import MAX_INT32, ActivityName, TaskQueueName, WorkflowId
 
@@ -200,11 +200,29 @@ class RunStatus(StrEnum):
     ERRORED = "errored"
 
 
+# A run's error as the schedule keeps it (in its runs, dead letters and outcome calls): a run
+# handler raising a megabyte-long message must not grow the carried state, the `runs` query
+# or the outcome call past Temporal's payload limit.
+MAX_RUN_ERROR_NAME = 200
+MAX_RUN_ERROR_MESSAGE = 1024
+
+
 class RunError(BaseModel):
-    """A serialized error: the error type's name and its message."""
+    """A serialized error: the error type's name and its message, each cut to its bound
+    (MAX_RUN_ERROR_NAME, MAX_RUN_ERROR_MESSAGE characters) wherever one is made or read."""
 
     name: str
     message: str
+
+    @field_validator("name", mode="after")
+    @classmethod
+    def _cut_name(cls, name: str) -> str:
+        return name[:MAX_RUN_ERROR_NAME]
+
+    @field_validator("message", mode="after")
+    @classmethod
+    def _cut_message(cls, message: str) -> str:
+        return message[:MAX_RUN_ERROR_MESSAGE]
 
 
 class Outcome(BaseModel):
