@@ -104,6 +104,31 @@ async def check_runs(
     await replay_each(production_replayer(workflows), histories, REPLAY_S)
 
 
+# The race is timing's: a round of flood may happen to deliver no update in the task where a
+# continue-as-new is due. Flood again (up to this many rounds) until some run waited.
+FLOOD_ROUNDS = 3
+
+
+async def flood_until_a_run_waited(
+    client: Client,
+    workflow_id: str,
+    send_update: Callable[[int], Awaitable[Any]],
+    send_signal: Callable[[], Awaitable[None]],
+) -> list[str]:
+    """`flood` until some run of `workflow_id` waited for a task without updates, at most
+    FLOOD_ROUNDS rounds; returns every round's update errors."""
+    errors: list[str] = []
+    for _ in range(FLOOD_ROUNDS):
+        errors += await flood(send_update, send_signal)
+        async for run in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
+            history = await client.get_workflow_handle(
+                workflow_id, run_id=run.run_id
+            ).fetch_history()
+            if any(map(waits, history.events)):
+                return errors
+    return errors
+
+
 def waits(event: HistoryEvent) -> bool:
     """The patch marker a run records the first time it waits for a task without updates."""
     return event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED and any(
@@ -129,7 +154,7 @@ async def test_updates_racing_a_schedules_continue_as_new_are_never_aborted(
         async def set_signal() -> None:
             await current.signal("set", schedule)
 
-        errors = await flood(same_set, set_signal)
+        errors = await flood_until_a_run_waited(client, handle.id, same_set, set_signal)
         assert errors == []
         await current.execute_update("cancel", {})
         await eventually(lambda: _no_runs(current), timeout=60)
@@ -246,7 +271,7 @@ async def test_updates_racing_a_ledgers_continue_as_new_are_never_aborted(
         async def resume_signal() -> None:
             await current.signal("resume", {})
 
-        errors = await flood(enqueue_one, resume_signal)
+        errors = await flood_until_a_run_waited(client, handle.id, enqueue_one, resume_signal)
         assert errors == []
         snap = await settled(current, timeout=60)
         assert {o["outcome"] for o in operations(snap).values()} == {"applied"}
