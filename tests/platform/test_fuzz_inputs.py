@@ -63,6 +63,7 @@ from temporalio.exceptions import ApplicationError
 
 from tests.support.cold_worker import assert_healthy, events_of, kind
 from tests.support.helpers import eventually, running_worker
+from workflows.schedule.models import MAX_LIFE_BOUND_MS
 
 SEED = int(os.environ.get("FUZZ_SEED", random.randrange(2**32)))
 QUERY_TIMEOUT = timedelta(seconds=15)
@@ -303,8 +304,8 @@ def schedule_start_inputs(max_depth: int) -> st.SearchStrategy[tuple[Any, str]]:
             "run_host": st.sampled_from(["plugin", "external"]),
             # The bounds (2.1): a start_at below any end_at drawn, so both may be set.
             "catchup_window_ms": st.none() | interval,
-            "start_at": st.none() | st.integers(0, 2**52),
-            "end_at": st.none() | st.integers(2**52 + 1, 2**53 - 1),
+            "start_at": st.none() | st.integers(0, MAX_LIFE_BOUND_MS // 2),
+            "end_at": st.none() | st.integers(MAX_LIFE_BOUND_MS // 2 + 1, MAX_LIFE_BOUND_MS),
             "remaining_runs": st.none() | st.integers(0, 10**9),
             "pause_on_failure": st.booleans(),
         },

@@ -24,6 +24,7 @@ from workflows.schedule.core import (
     parse_start,
 )
 from workflows.schedule.models import (
+    MAX_LIFE_BOUND_MS,
     MAX_SAFE_INTEGER,
     Outcome,
     RunError,
@@ -386,7 +387,12 @@ def test_a_bad_pause_note_is_refused_naming_the_field_and_value(
         ({"catchup_window_ms": 0}, "catchup_window_ms: Input should be greater than or equal to 1"),
         ({"catchup_window_ms": 2**31}, "catchup_window_ms: Input should be less than or equal"),
         ({"start_at": -1}, "start_at: Input should be greater than or equal to 0 (got -1)"),
-        ({"end_at": 2**53}, f"end_at: Input should be less than or equal to {2**53 - 1}"),
+        ({"end_at": 2**53}, f"end_at: Input should be less than or equal to {MAX_LIFE_BOUND_MS}"),
+        # Past 2100: a timer Temporal cannot set, a date Python cannot show.
+        (
+            {"start_at": MAX_LIFE_BOUND_MS + 1},
+            f"start_at: Input should be less than or equal to {MAX_LIFE_BOUND_MS}",
+        ),
         ({"start_at": 10, "end_at": 10}, "end_at must be after start_at, got end_at=10 <="),
         ({"remaining_runs": -1}, "remaining_runs: Input should be greater than or equal to 0"),
         ({"remaining_runs": 10**9 + 1}, "remaining_runs: Input should be less than or equal"),

@@ -15,6 +15,9 @@ MAX_SAFE_INTEGER = 2**53 - 1
 # `remaining_runs` (a start field, and the count the schedule carries) at most.
 MAX_REMAINING_RUNS = 10**9
 DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS = 2000
+# `start_at` / `end_at` at most 2100-01-01T00:00:00Z: a first tick further off would need a
+# timer longer than Temporal's (292 years of nanoseconds) and a date Python cannot show.
+MAX_LIFE_BOUND_MS = 4_102_444_800_000
 
 
 class OutcomeRetries(BaseModel):
@@ -128,8 +131,8 @@ class ScheduleInput(BaseModel):
     # that fires more than this after it was due is skipped (`catchup_window`), not run.
     catchup_window_ms: int | None = Field(None, ge=1, le=MAX_DELAY_MS)
     # No tick is scheduled before `start_at` nor at or after `end_at` (epoch ms).
-    start_at: int | None = Field(None, ge=0, le=MAX_SAFE_INTEGER)
-    end_at: int | None = Field(None, ge=0, le=MAX_SAFE_INTEGER)
+    start_at: int | None = Field(None, ge=0, le=MAX_LIFE_BOUND_MS)
+    end_at: int | None = Field(None, ge=0, le=MAX_LIFE_BOUND_MS)
     # How many ticks may still record a run: read at the first start only, then counted
     # down in the carried state (`ScheduleState.remaining_runs`). Null: no limit.
     remaining_runs: int | None = Field(None, ge=0, le=MAX_REMAINING_RUNS)
