@@ -34,6 +34,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from bench.machine import describe
+from bench.scale_worker import bounded, memory_kib
 from durability.client import DurabilityClient
 from durability.devserver import dev_server_extra_args, temporal_cli
 from durability.plugin import DurabilityPlugin
@@ -46,21 +47,7 @@ WARM_UP = 50
 
 def rss_kib() -> int:
     """This process's resident set, KiB."""
-    with open(f"/proc/{os.getpid()}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
-async def bounded(calls: list[Awaitable[Any]], limit: int) -> list[Any]:
-    gate = asyncio.Semaphore(limit)
-
-    async def one(call: Awaitable[Any]) -> Any:
-        async with gate:
-            return await call
-
-    return await asyncio.gather(*(one(call) for call in calls))
+    return memory_kib(os.getpid())[0]
 
 
 async def measure_side(side: str, count: int, trace: bool) -> dict[str, float]:
