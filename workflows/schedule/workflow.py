@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.schedule.publish import Published
     from workflows.schedule.redelivery import Deliveries, Redeliveries
     from workflows.schedule.run import STARTS, WATCHES, RunReports
+    from workflows.schedule.set_rules import parse_new_set, request_refusal
 
 
 # Recorded when a cancellation request reaches a run: it then closes only once every run it
@@ -106,7 +107,12 @@ class DurabilityScheduleWorkflow:
 
     def next_occurrence(self, expression: str, after_ms: int) -> int | None:
         """The first tick of `expression` strictly after `after_ms`; override to plug in."""
-        return cron.next_occurrence(expression, after_ms, classic_day_rule=self._day_rule.classic)
+        return cron.next_occurrence(
+            expression,
+            after_ms,
+            classic_day_rule=self._day_rule.classic,
+            crontab_reading=self._day_rule.crontab,
+        )
 
     @workflow.run
     async def run(self, input: RawValue = NO_INPUT) -> None:
@@ -230,6 +236,10 @@ class DurabilityScheduleWorkflow:
     def _apply_set(self, raw: Any) -> bool:
         now = now_ms()
         request = parse_set(raw, self.next_occurrence, now)
+        builtin = self._day_rule.builtin
+        refused = request_refusal(request, self.next_occurrence, now, builtin=builtin)
+        if refused is not None and self._day_rule.refuses_new_set():
+            raise InvalidRequest(refused)
         self._day_rule.decide(request.expression)
         applied = self._core.set(request, now, lambda max_ms: workflow.random().randint(0, max_ms))
         self._kernel.wake()
@@ -253,7 +263,8 @@ class DurabilityScheduleWorkflow:
     @set_update.validator
     def validate_set(self, raw: Any = None) -> None:
         """Reject a malformed `set` before anything is recorded."""
-        self._kernel.validate(parse_set, raw, self.next_occurrence, now_ms())
+        builtin = self._day_rule.builtin
+        self._kernel.validate(parse_new_set, raw, self.next_occurrence, now_ms(), builtin=builtin)
 
     @workflow.signal(name="cancel")
     def cancel_signal(self, raw: Any = None) -> None:
