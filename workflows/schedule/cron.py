@@ -11,11 +11,14 @@ Understood expressions:
   whole minutes)
 - an optional ``CRON_TZ=<IANA zone> `` prefix for cron and shorthands (default UTC).
 
-Days follow classic (Vixie) cron: when the day-of-month or the day-of-week field begins
-with ``*`` (``*``, ``*/2``), a day must match both fields; only when both are restricted
-(``0 0 1,15 * 5``: the 1st, the 15th and every Friday) does a day matching either fire.
-Day-of-week 0 and 7 are Sunday; months and days of the week also take their English
-three-letter names (``jan``, ``mon-fri``).
+Cron fields are read as crontab(5) reads them (`workflows.schedule.crontab`, see
+`docs/cron.md`): ``9-9`` is 9, a ``*`` anywhere in a list is the whole range, ``a/n`` runs to
+the field's end. Days follow classic (Vixie) cron: when the day-of-month or the day-of-week
+field begins with ``*`` (``*``, ``*/2``), a day must match both fields; only when both are
+restricted (``0 0 1,15 * 5``: the 1st, the 15th and every Friday) does a day matching
+either fire. Day-of-week 0 and 7 are Sunday; months and days of the week also take their
+English three-letter names (``jan``, ``mon-fri``). croniter's reading, of builds before, is
+kept only to replay what they recorded (`next_occurrence`'s flags).
 
 Daylight saving follows cron's habit: on a spring-forward day the times inside the skipped
 hour fire once, right after the gap (at their second of the minute, with a seconds field),
