@@ -466,6 +466,10 @@ def show_describe(result: Any, args: argparse.Namespace) -> str:
     else:
         parts.append("no run has ended yet")
     upcoming = result.get("next_fire_times") or []
+    dst = result.get("dst_policy")
+    if dst is not None:
+        parts.append(f"daylight saving: {dst['nonexistent']} a skipped time, "
+                     f"{dst['ambiguous']} of a repeated one")  # fmt: skip
     if result.get("remaining_runs") is not None:
         parts.append(f"remaining runs {result['remaining_runs']}")
     if upcoming:

@@ -31,6 +31,7 @@ from workflows.schedule.cron import (
     crontab_reading_matters,
     next_occurrence,
 )
+from workflows.schedule.crontab import DaylightSaving
 
 MONTH_NAMES = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
 DAY_NAMES = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
@@ -164,22 +165,28 @@ def _gap_end(zone: ZoneInfo, before: int, after: int) -> int:
     return after
 
 
-def instants(cron: Cron, wall: datetime) -> tuple[int | None, int | None]:
-    """The epoch seconds a wall time fires at: (first, second copy of a repeated time)."""
+def instants(cron: Cron, wall: datetime, policy: tuple[str, str] = ("shift", "first")) -> list[int]:
+    """The epoch seconds a wall time fires at under a daylight-saving `policy`
+    (nonexistent, ambiguous)."""
+    nonexistent, ambiguous = policy
     earlier = int(wall.replace(tzinfo=cron.zone, fold=0).timestamp())
     later = int(wall.replace(tzinfo=cron.zone, fold=1).timestamp())
     if datetime.fromtimestamp(earlier, cron.zone).replace(tzinfo=None) != wall:
         # In a spring-forward gap: fold 0 reads it on the offset before, fold 1 after.
-        if cron.hours == EVERY_HOUR:
-            return None, None
+        if cron.hours == EVERY_HOUR or nonexistent == "skip":
+            return []
         # Moved on by whole minutes: the end of the gap, at the wall time's second.
-        return _gap_end(cron.zone, min(earlier, later), max(earlier, later)) + wall.second, None
+        return [_gap_end(cron.zone, min(earlier, later), max(earlier, later)) + wall.second]
     if earlier == later:
-        return earlier, None
-    return earlier, later if cron.hours_star else None
+        return [earlier]
+    if cron.hours_star or ambiguous == "both":
+        return [earlier, later]
+    return [later] if ambiguous == "last" else [earlier]
 
 
-def model_next(expression: str, after_ms: int) -> int | None:
+def model_next(
+    expression: str, after_ms: int, policy: tuple[str, str] = ("shift", "first")
+) -> int | None:
     """The model's first firing strictly after `after_ms`, in epoch ms."""
     cron = parse(expression)
     after = datetime.fromtimestamp(after_ms // 1000, UTC)
@@ -190,11 +197,11 @@ def model_next(expression: str, after_ms: int) -> int | None:
         start -= timedelta(minutes=15)
     best: int | None = None
     for wall in wall_times(cron, start):
-        first, second = instants(cron, wall)
-        for candidate in (first, second):
-            if candidate is not None and candidate * 1000 > after_ms:
+        fired = instants(cron, wall, policy)
+        for candidate in fired:
+            if candidate * 1000 > after_ms:
                 best = candidate if best is None else min(best, candidate)
-        if first is not None and first * 1000 > after_ms:
+        if fired and fired[0] * 1000 > after_ms:
             # Later wall times fire later; only second copies of earlier ones came before.
             assert best is not None
             return best * 1000
@@ -472,3 +479,76 @@ def test_the_reading_patch_is_asked_for_every_expression_whose_times_change(
         if found is None:
             return
         after = found
+
+
+POLICIES = [
+    (nonexistent, ambiguous)
+    for nonexistent in ("shift", "skip")
+    for ambiguous in ("first", "last", "both")
+]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=dst_cases(), policy=st.sampled_from(POLICIES))
+@example(  # Lord Howe springs forward 30 minutes: 02:00 -> 02:30 on 2026-10-04
+    case=("CRON_TZ=Australia/Lord_Howe 15 2 * * *", ms(2026, 10, 3, 14)), policy=("skip", "first")
+)
+@example(  # ... and falls back 30 minutes: 02:00 -> 01:30 on 2026-04-05
+    case=("CRON_TZ=Australia/Lord_Howe 45 1 * * *", ms(2026, 4, 4, 13)), policy=("shift", "last")
+)
+@example(case=("CRON_TZ=America/New_York 30 1 * * *", ms(2026, 11, 1, 4)), policy=("shift", "both"))
+def test_a_dst_policy_fires_as_the_model_says_across_changes_of_offset(
+    case: tuple[str, int], policy: tuple[str, str]
+) -> None:
+    expression, after = case
+    dst = DaylightSaving(*policy)
+    for _ in range(4):
+        expected = model_next(expression, after, policy)
+        found = next_occurrence(expression, after, dst=dst)
+        assert found == expected, (expression, policy, iso(after), iso(found), iso(expected))
+        if found is None:
+            return
+        event(f"{policy}: {dst_case(expression, found)}")
+        after = found
+
+
+def test_the_dst_policies_on_real_transitions() -> None:
+    """30-minute (Lord Howe) and 60-minute (New York) shifts, by hand."""
+    lord_howe, new_york = "CRON_TZ=Australia/Lord_Howe ", "CRON_TZ=America/New_York "
+
+    def fires(expression: str, after: int, policy: tuple[str, str], count: int) -> list[str]:
+        found: list[str] = []
+        for _ in range(count):
+            following = next_occurrence(expression, after, dst=DaylightSaving(*policy))
+            assert following is not None
+            found.append(datetime.fromtimestamp(following / 1000, UTC).isoformat())
+            after = following
+        return found
+
+    # 2026-10-04 02:00-02:30 does not exist at Lord Howe (+10:30 -> +11).
+    gap = lord_howe + "15 2 * * *"
+    assert fires(gap, ms(2026, 10, 3, 12), ("shift", "first"), 2) == [
+        "2026-10-03T15:30:00+00:00",  # 02:30 +11, the end of the gap
+        "2026-10-04T15:15:00+00:00",
+    ]
+    assert fires(gap, ms(2026, 10, 3, 12), ("skip", "first"), 1) == ["2026-10-04T15:15:00+00:00"]
+    # 2026-04-05 01:30-02:00 happens twice (+11, then +10:30).
+    repeat = lord_howe + "45 1 * * *"
+    start = ms(2026, 4, 4, 12)
+    assert fires(repeat, start, ("shift", "first"), 1) == ["2026-04-04T14:45:00+00:00"]
+    assert fires(repeat, start, ("shift", "last"), 1) == ["2026-04-04T15:15:00+00:00"]
+    assert fires(repeat, start, ("shift", "both"), 2) == [
+        "2026-04-04T14:45:00+00:00",
+        "2026-04-04T15:15:00+00:00",
+    ]
+    # New York, 2026-11-01 01:00-02:00 twice (EDT, then EST).
+    assert fires(new_york + "30 1 * * *", ms(2026, 11, 1), ("shift", "last"), 2) == [
+        "2026-11-01T06:30:00+00:00",
+        "2026-11-02T06:30:00+00:00",
+    ]
+    # An hours field beginning with `*` goes on hourly whatever the policy.
+    assert fires(new_york + "30 * * * *", ms(2026, 11, 1, 4), ("skip", "first"), 3) == [
+        "2026-11-01T04:30:00+00:00",
+        "2026-11-01T05:30:00+00:00",
+        "2026-11-01T06:30:00+00:00",
+    ]

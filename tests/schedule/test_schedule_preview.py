@@ -139,3 +139,81 @@ async def test_dry_runs_print_before_and_after_and_send_nothing(
 
         assert await handle.query("get") == stored
         assert len((await handle.fetch_history()).events) == events_before
+
+
+async def test_a_dst_policy_is_a_start_and_configure_field_shown_by_settings_and_describe(
+    client: Client, dev_server_address: str, task_queue: str, unique: str
+) -> None:
+    """Lord Howe's clock moves 30 minutes: 2027-10-03 02:00-02:30 does not exist, 2027-04-04
+    01:30-02:00 happens twice."""
+    gap = "CRON_TZ=Australia/Lord_Howe 15 2 3 oct *"
+    repeat = "CRON_TZ=Australia/Lord_Howe 45 1 4 apr *"
+    object_id = f"dst-{unique}"
+    queue = ("--task-queue", task_queue)
+    skip = {"nonexistent": "skip", "ambiguous": "first"}
+    async with running_worker(client, task_queue):
+        await durability_cli(
+            dev_server_address, *queue, "schedule", "set", object_id, gap, "--version", "1",
+            "--options", json.dumps({"dst_policy": {"nonexistent": "skip"}}),
+        )  # fmt: skip
+        settings = await durability_cli(
+            dev_server_address, *queue, "schedule", "settings", object_id, "--json"
+        )
+        assert json.loads(settings.stdout)["dst_policy"] == skip
+        described = json.loads(
+            (
+                await durability_cli(
+                    dev_server_address, *queue, "schedule", "describe", object_id, "--json"
+                )
+            ).stdout
+        )
+        assert described["dst_policy"] == skip
+        now = int(datetime.now(UTC).timestamp() * 1000)
+        # Skipped in 2027 (in the gap): the next is 2028's; shifted, 2027's at 02:30.
+        assert described["next_fire_times"][0] == model_next(gap, now, ("skip", "first"))
+        assert model_next(gap, now, ("skip", "first")) != model_next(gap, now)
+
+        both = {"dst_policy": {"ambiguous": "both"}}
+        await durability_cli(
+            dev_server_address, *queue, "schedule", "set", object_id, repeat, "--version", "2"
+        )
+        dry = await durability_cli(
+            dev_server_address, *queue, "schedule", "configure", object_id, "--set",
+            json.dumps(both), "--dry-run", "--json", "--count", "2",
+        )  # fmt: skip
+        preview = json.loads(dry.stdout)
+        assert preview["changes"]["dst_policy"] == [
+            skip,
+            {"nonexistent": "shift", **both["dst_policy"]},
+        ]
+        await durability_cli(
+            dev_server_address,
+            *queue,
+            "schedule",
+            "configure",
+            object_id,
+            "--set",
+            json.dumps(both),
+        )
+        shown = await durability_cli(
+            dev_server_address, *queue, "schedule", "describe", object_id, "--json", "--next", "2"
+        )
+        described = json.loads(shown.stdout)
+        start = described["next_fire_times"][0] - 1
+        first = model_next(repeat, start, ("shift", "both"))
+        assert first is not None
+        second = model_next(repeat, first, ("shift", "both"))
+        assert described["next_fire_times"] == [first, second] == preview["after"]
+        assert second == first + 1_800_000  # both copies, 30 minutes apart
+
+        for refused, named in [
+            ({"dst_policy": {"nonexistent": "later"}}, "dst_policy.nonexistent"),
+            ({"dst_policy": {"ambiguous": "all"}}, "dst_policy.ambiguous"),
+            ({"dst_policy": {"fold": "first"}}, "dst_policy.fold"),
+        ]:
+            result = await durability_cli(
+                dev_server_address, *queue, "schedule", "configure", object_id, "--set",
+                json.dumps(refused), check=False,
+            )  # fmt: skip
+            line = one_line_error(result.stderr)
+            assert result.returncode == 1 and named in line, line

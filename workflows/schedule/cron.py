@@ -280,6 +280,7 @@ def next_occurrence(
     *,
     classic_day_rule: bool = True,
     crontab_reading: bool = True,
+    dst: crontab.DaylightSaving = crontab.CRONTAB_DST,
 ) -> int | None:
     """The first firing time of `expression` strictly after `after_ms` (epoch ms), or None.
 
@@ -287,7 +288,9 @@ def next_occurrence(
     before it (croniter's) is kept where a run recorded it: `crontab_reading=False` for an
     expression the two readings differ on, `classic_day_rule=False` (the day fields ORed
     whenever both are restricted), and an expression crontab's reading refuses that croniter
-    took (`L`, `#`, `W`, `?`), which only an older build can have stored."""
+    took (`L`, `#`, `W`, `?`), which only an older build can have stored. `dst` chooses what
+    a local time that daylight saving skips or repeats does (crontab's choices by default;
+    croniter's reading keeps them)."""
     _readable(expression)
     zone, body = _split_zone(expression)
     if body.startswith("@every"):
@@ -300,7 +303,8 @@ def next_occurrence(
     )
     if legacy:
         return _legacy_next(expression, after_ms, classic_day_rule=classic_day_rule)
-    return crontab.next_instant(_crontab_fields(body), zone or _zone("UTC"), after_ms, _MAX_YEARS)
+    fields = _crontab_fields(body)
+    return crontab.next_instant(fields, zone or _zone("UTC"), after_ms, _MAX_YEARS, dst)
 
 
 def _legacy_next(expression: str, after_ms: int, *, classic_day_rule: bool) -> int | None:

@@ -167,18 +167,36 @@ def _gap_end(zone: ZoneInfo, before: int, after: int) -> int:
     return after
 
 
-def _instants(cron: CronFields, zone: ZoneInfo, wall: datetime) -> tuple[int | None, int | None]:
+@dataclass(frozen=True)
+class DaylightSaving:
+    """The choices for wall times a change of offset skips (`nonexistent`: `shift` to the
+    end of the gap, or `skip`) or repeats (`ambiguous`: `first`, `last` or `both` copies),
+    for an expression that names them by hour."""
+
+    nonexistent: str = "shift"
+    ambiguous: str = "first"
+
+
+CRONTAB_DST = DaylightSaving()
+
+
+def _instants(
+    cron: CronFields, zone: ZoneInfo, wall: datetime, dst: DaylightSaving
+) -> tuple[int | None, int | None]:
     """The epoch seconds a wall time fires at: (its first, the second copy of a repeat)."""
     earlier = int(wall.replace(tzinfo=zone, fold=0).timestamp())
     later = int(wall.replace(tzinfo=zone, fold=1).timestamp())
     if datetime.fromtimestamp(earlier, zone).replace(tzinfo=None) != wall:
         # In a spring-forward gap: fold 0 reads it on the offset before, fold 1 after.
-        if frozenset(cron.hours) == ALL_HOURS:
+        if frozenset(cron.hours) == ALL_HOURS or dst.nonexistent == "skip":
             return None, None
         return _gap_end(zone, min(earlier, later), max(earlier, later)) + wall.second, None
     if earlier == later:
         return earlier, None
-    return earlier, later if cron.hours_star else None
+    if cron.hours_star or dst.ambiguous == "both":
+        return earlier, later
+    # Only the second copy: no later wall time fires before it (they come after the repeat).
+    return (later, None) if dst.ambiguous == "last" else (earlier, None)
 
 
 def _search_start(after: datetime, zone: ZoneInfo) -> datetime:
@@ -192,7 +210,13 @@ def _search_start(after: datetime, zone: ZoneInfo) -> datetime:
     return start - quarter if start < walls[0] else start
 
 
-def next_instant(cron: CronFields, zone: ZoneInfo, after_ms: int, years: int) -> int | None:
+def next_instant(
+    cron: CronFields,
+    zone: ZoneInfo,
+    after_ms: int,
+    years: int,
+    dst: DaylightSaving = CRONTAB_DST,
+) -> int | None:
     """The first firing of `cron` in `zone` strictly after `after_ms` (epoch ms), searching
     `years` ahead; None when nothing matches in that time."""
     after = datetime.fromtimestamp(after_ms // 1000, UTC)
@@ -200,7 +224,7 @@ def next_instant(cron: CronFields, zone: ZoneInfo, after_ms: int, years: int) ->
     end = date(min(start.year + years, 9998), 1, 1)
     best: int | None = None
     for wall in _wall_times(cron, start, end):
-        first, second = _instants(cron, zone, wall)
+        first, second = _instants(cron, zone, wall, dst)
         for candidate in (first, second):
             if candidate is not None and candidate * 1000 > after_ms:
                 best = candidate if best is None else min(best, candidate)

@@ -20,10 +20,22 @@ from workflows.schedule.core import (
     parse_configure,
 )
 from workflows.schedule.cron import NextOccurrence
-from workflows.schedule.models import ScheduleInput
+from workflows.schedule.crontab import DaylightSaving
+from workflows.schedule.models import DstPolicy, ScheduleInput
 from workflows.schedule.set_rules import parse_new_set
 
 MAX_PREVIEW_TIMES = 50
+
+
+def daylight_saving(policy: DstPolicy) -> DaylightSaving:
+    """A schedule's `dst_policy` as the cron reading takes it."""
+    return DaylightSaving(nonexistent=policy.nonexistent, ambiguous=policy.ambiguous)
+
+
+def schedule_reading(settings: ScheduleInput) -> NextOccurrence:
+    """The built-in `next_occurrence` under a schedule's `dst_policy`."""
+    dst = daylight_saving(settings.dst_policy)
+    return lambda expression, after_ms: cron.next_occurrence(expression, after_ms, dst=dst)
 
 
 def _count(count: int) -> int:
@@ -49,8 +61,8 @@ def next_times(
     """The first `count` fire times (epoch ms, jitter included) of a schedule `set` to
     `expression` at `after_ms`, under `settings` (its bounds); InvalidRequest naming the
     field as `set` refuses it, ValueError for a bad `count`."""
-    reading = next_occurrence or cron.next_occurrence
     settings = settings or ScheduleInput()
+    reading = next_occurrence or schedule_reading(settings)
     payload = {"expression": expression, "version": 1, "jitter_ms": jitter_ms}
     request = parse_new_set(payload, reading, after_ms, builtin=next_occurrence is None)
     core = ScheduleCore(initial_state(settings), reading, settings)
@@ -71,7 +83,7 @@ def set_preview(
     `changes` (`{field: [before, after]}`). InvalidRequest as the `set` would be refused."""
     count = _count(count)
     settings_in = ScheduleInput.model_validate(dict(settings))
-    request = parse_new_set(dict(raw), cron.next_occurrence, now_ms, builtin=True)
+    request = parse_new_set(dict(raw), schedule_reading(settings_in), now_ms, builtin=True)
     before_core = _core(current, paused, settings_in)
     before = before_core.next_fire_times(count)
     applied = current is None or request.version > int(current["version"])
@@ -112,9 +124,11 @@ def configure_preview(
     settings_in = ScheduleInput.model_validate(dict(settings))
     configured = parse_configure(dict(changes), settings_in)
     before = _core(current, paused, settings_in).next_fire_times(count)
-    core = _core(current, paused, settings_in)
-    core.use_settings(configured)
+    core = _core(current, paused, configured)
+    core.state.remaining_runs = settings_in.remaining_runs
     core.configure_bounds(configured, set(changes), now_ms)
+    if configured.dst_policy != settings_in.dst_policy:  # as the workflow's `configure`
+        core.revise_next_at(lambda expression, _: core.bounded_next(expression, now_ms))
     old_view, new_view = settings_in.model_dump(mode="json"), configured.model_dump(mode="json")
     changed = {
         field: [old_view.get(field), value]
@@ -130,4 +144,4 @@ def _core(current: Mapping[str, Any] | None, paused: bool, settings: ScheduleInp
         paused=paused,
         remaining_runs=settings.remaining_runs,
     )
-    return ScheduleCore(state, cron.next_occurrence, settings)
+    return ScheduleCore(state, schedule_reading(settings), settings)

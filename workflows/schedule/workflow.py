@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         idempotency_key,
         lifecycle_event,
     )
+    from workflows.schedule.preview import daylight_saving
     from workflows.schedule.publish import Published
     from workflows.schedule.redelivery import Deliveries, Redeliveries
     from workflows.schedule.run import STARTS, WATCHES, RunReports
@@ -112,6 +113,7 @@ class DurabilityScheduleWorkflow:
             after_ms,
             classic_day_rule=self._day_rule.classic,
             crontab_reading=self._day_rule.crontab,
+            dst=daylight_saving(self._settings.dst_policy),
         )
 
     @workflow.run
@@ -291,9 +293,15 @@ class DurabilityScheduleWorkflow:
         the settings, which only `configure` changes, so the validator's answer is the same
         whatever completion a cold worker applies in the same activation."""
         settings = parse_configure(raw, self._settings)
+        dst_changed = settings.dst_policy != self._settings.dst_policy
         self._settings = settings
         self._core.use_settings(settings)
         self._core.configure_bounds(settings, raw, now_ms())  # raw: the fields it set
+        if dst_changed:  # the next tick as the new policy finds it, from now
+            now = now_ms()
+            self._core.revise_next_at(
+                lambda expression, _: self._core.bounded_next(expression, now)
+            )
         for part in (self._lifecycle, self._deliveries, self._redeliveries, self._runs):
             part.use_settings(settings)
         self._kernel.wake()
