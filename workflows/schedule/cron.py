@@ -348,7 +348,10 @@ def _legacy_next(expression: str, after_ms: int, *, classic_day_rule: bool) -> i
 def classic_next_at(expression: str, next_at: int, *, crontab_reading: bool = True) -> int | None:
     """A next tick found with `classic_day_rule=False`, under the classic rule: the same time
     when classic cron fires then too, else its next firing after it. A time that search
-    would not find again (one moved past a DST gap) is kept."""
+    would not find again (one moved past a DST gap) is kept, and so is any time of an
+    expression the rule does not change."""
+    if not day_rule_matters(expression):
+        return next_at
     if next_occurrence(expression, next_at - 1, classic_day_rule=False) != next_at:
         return next_at
     return next_occurrence(expression, next_at - 1, crontab_reading=crontab_reading)
@@ -358,7 +361,10 @@ def crontab_next_at(expression: str, next_at: int) -> int | None:
     """A next tick found by croniter's reading, under crontab's: the same time when crontab's
     reading fires then too, else its next firing after it (a one-value range that croniter
     read as `*` does not fire again within the hour). A time that search would not find
-    again (one moved past a DST gap) is kept."""
+    again (one moved past a DST gap) is kept, and so is any time of an expression both
+    readings fire alike on."""
+    if not crontab_reading_matters(expression):
+        return next_at
     if next_occurrence(expression, next_at - 1, crontab_reading=False) != next_at:
         return next_at
     return next_occurrence(expression, next_at - 1)
