@@ -719,7 +719,11 @@ async def schedule_preview(client: DurabilityClient | None, args: argparse.Names
     from durability.client import preview_schedule
 
     return preview_schedule(
-        args.expression, after_ms=args.after, count=args.count, jitter_ms=args.jitter_ms
+        args.expression,
+        after_ms=args.after,
+        count=args.count,
+        jitter_ms=args.jitter_ms,
+        dst_policy=json_arg("--dst-policy", args.dst_policy),
     )
 
 
@@ -771,6 +775,10 @@ def _add_preview(schedule: Any, commands: dict[str, argparse.ArgumentParser]) ->
     )
     cmd.add_argument("--count", type=preview_count, default=10, help="how many (1..50, 10)")
     cmd.add_argument("--jitter-ms", type=int, default=0, help="a fixed jitter added to each")
+    cmd.add_argument(
+        "--dst-policy",
+        help='the start field dst_policy, e.g. \'{"nonexistent": "skip", "ambiguous": "both"}\'',
+    )
     cmd.set_defaults(run=schedule_preview, show=show_preview, offline=True)
     commands["set"].add_argument(
         "--dry-run",

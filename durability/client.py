@@ -471,16 +471,29 @@ def preview_schedule(
     after_ms: int | None = None,
     count: int = 10,
     jitter_ms: int = 0,
+    dst_policy: Mapping[str, Any] | None = None,
     next_occurrence: NextOccurrence | None = None,
 ) -> list[int]:
     """The next `count` fire times (epoch ms) of a schedule set to `expression` at
-    `after_ms` (default now) with a fixed `jitter_ms`: computed by the code the schedule
-    runs, creating nothing. ValueError (InvalidRequest) naming the field as `set` refuses."""
+    `after_ms` (default now) with a fixed `jitter_ms` and a `dst_policy` (the start field):
+    computed by the code the schedule runs, creating nothing. ValueError (InvalidRequest)
+    naming the field as `set` (or a start input) refuses."""
     from workflows.schedule import preview
+    from workflows.schedule.models import ScheduleInput
+    from workflows.validation import configured
 
     start = _now_ms() if after_ms is None else after_ms
+    settings = None
+    if dst_policy is not None:
+        raw = {"dst_policy": dict(dst_policy) if isinstance(dst_policy, Mapping) else dst_policy}
+        settings = configured("preview", ScheduleInput(), raw, {})
     return preview.next_times(
-        expression, start, count, jitter_ms=jitter_ms, next_occurrence=next_occurrence
+        expression,
+        start,
+        count,
+        jitter_ms=jitter_ms,
+        settings=settings,
+        next_occurrence=next_occurrence,
     )
 
 

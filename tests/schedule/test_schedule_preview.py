@@ -30,6 +30,18 @@ def model_times(expression: str, after_ms: int, count: int) -> list[int]:
     return times
 
 
+def model_times_under(
+    expression: str, after_ms: int, count: int, policy: tuple[str, str]
+) -> list[int]:
+    times: list[int] = []
+    while len(times) < count:
+        following = model_next(expression, after_ms, policy)
+        assert following is not None
+        times.append(following)
+        after_ms = following
+    return times
+
+
 def ms(text: str) -> int:
     return int(datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() * 1000)
 
@@ -54,6 +66,21 @@ async def test_preview_prints_the_times_crontab_reads_and_creates_nothing(
         dev_server_address, "schedule", "preview", "@every 1h", "--after", "2026-03-01T00:30",
         "--count", "2", "--jitter-ms", "1500", "--json",
     )  # fmt: skip
+    for policy in (("skip", "first"), ("shift", "last"), ("shift", "both")):
+        expression = "CRON_TZ=Australia/Lord_Howe 15,45 1-2 * * *"
+        after = "2026-04-04T12:00"  # the 5th, 02:00 +11 falls back to 01:30 +10:30
+        shown = await durability_cli(
+            dev_server_address, "schedule", "preview", expression, "--after", after,
+            "--count", "6", "--json", "--dst-policy",
+            json.dumps({"nonexistent": policy[0], "ambiguous": policy[1]}),
+        )  # fmt: skip
+        assert json.loads(shown.stdout) == model_times_under(expression, ms(after), 6, policy)
+    refused = await durability_cli(
+        dev_server_address, "schedule", "preview", "@daily", "--dst-policy",
+        '{"ambiguous": "all"}', check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert "dst_policy.ambiguous" in one_line_error(refused.stderr)
     hours = [ms("2026-03-01T01:00"), ms("2026-03-01T02:00")]
     assert json.loads(jittered.stdout) == [at + 1500 for at in hours]
 
