@@ -8,9 +8,10 @@ line (the test puts the venv's bin on PATH). Each shell command must exit 0; a c
 (whitespace collapsed, `...` matching anything). A step with such a line is polled until its
 output shows it, since what a query answers can take the worker a moment.
 
-The pages in `EXAMPLE_PAGES` are read the same way, after the walkthrough, on the same stack:
-each of their `sh` blocks that has a `# prints:` line is run; a block without one is an
-illustration (a placeholder key, a cluster's command) and is not.
+The pages in `EXAMPLE_PAGES` are read the same way and run after the walkthrough, on the same
+stack, side by side (each page uses objects of its own): each of their `sh` blocks that has
+a `# prints:` line is run; a block without one is an illustration (a placeholder key, a
+cluster's command) and is not.
 """
 
 from __future__ import annotations
@@ -194,9 +195,11 @@ async def test_the_readme_walkthrough_then_the_docs_examples_run_as_written_agai
     tmp_path: Path,
 ) -> None:
     steps = walkthrough_steps(README.read_text())
-    steps += [step for page in EXAMPLE_PAGES for step in example_steps(page.read_text())]
     data_dir, cwd = tmp_path / "data", tmp_path / "cwd"
     cwd.mkdir()
+    pages = {page.name: example_steps(page.read_text()) for page in EXAMPLE_PAGES}
+    for name in pages:
+        (tmp_path / name).mkdir()
     run_stack = await start_run_stack(data_dir)
     stack, address = run_stack.process, run_stack.address
     assert stack.stdout is not None
@@ -210,6 +213,10 @@ async def test_the_readme_walkthrough_then_the_docs_examples_run_as_written_agai
             TEMPORAL_NAMESPACE="default",
         )
         await run_walkthrough(steps, cwd, user_env)
+        # The pages use objects of their own, so they run side by side, each in its directory.
+        await asyncio.gather(
+            *(run_walkthrough(page, tmp_path / name, user_env) for name, page in pages.items())
+        )
     finally:
         if stack.returncode is None:
             stack.send_signal(signal.SIGINT)
