@@ -201,6 +201,9 @@ class ScheduleState(BaseModel):
     recent_runs: list[RecentRun] = Field(default_factory=list)
     # None only in state carried from a build before `describe` (see `ScheduleCore`).
     counters: ScheduleCounters | None = None
+    # The scheduled_time of the last run `trigger` recorded: the next takes a later one, so a
+    # trigger never falls on a time whose run already ran (and so could not run again).
+    last_triggered_at: int | None = None
 
 
 def initial_state(settings: ScheduleInput) -> ScheduleState:
@@ -697,17 +700,26 @@ class ScheduleCore:
         scheduled_time = self.trigger_time(now_ms) if distinct else now_ms
         run = Run(scheduled_time=scheduled_time, due_at=now_ms, params=stored.params)
         self.state.runs[scheduled_time] = run
+        if distinct:
+            self.state.last_triggered_at = scheduled_time
         return run
 
     def trigger_time(self, now_ms: int) -> int:
         """The scheduled_time a `trigger` at `now_ms` records its run at: `now_ms`, or the
-        first millisecond after it that no recorded run and no pending tick (`next_at`)
-        holds. Triggers in one workflow task share `now_ms`: each takes its own time (and so
-        its own run and child workflow ID) instead of merging into the first."""
+        first millisecond after it (and after the last trigger's) that no recorded run, no run
+        that ended recently and no pending tick (`next_at`) holds. Triggers in one workflow
+        task share `now_ms`: each takes its own time (and so its own run and child workflow
+        ID) instead of merging into the first."""
         stored = self.state.schedule
         tick_at = None if stored is None else stored.next_at
-        scheduled_time = now_ms
-        while scheduled_time in self.state.runs or scheduled_time == tick_at:
+        last = self.state.last_triggered_at
+        scheduled_time = now_ms if last is None else max(now_ms, last + 1)
+        ended = {entry.scheduled_time for entry in self.state.recent_runs}
+        while (
+            scheduled_time in self.state.runs
+            or scheduled_time in ended
+            or scheduled_time == tick_at
+        ):
             scheduled_time += 1
         return scheduled_time
 
