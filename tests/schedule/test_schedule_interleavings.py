@@ -16,7 +16,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from durability.client import DurabilityClient
 from tests.support.fakes import ScheduleFake
-from tests.support.helpers import eventually, schedule_worker
+from tests.support.helpers import eventually, record_history, schedule_worker
 from tests.support.server import free_port
 from workflows.schedule.models import run_workflow_id
 
@@ -65,6 +65,7 @@ async def test_a_cancellation_while_closing_for_continue_as_new_delivers_and_clo
     assert isinstance(closed.value.cause, CancelledError)
     assert fake.refused_after_gate == [scheduled_time]
     assert fake.accepted == [scheduled_time]  # delivered by the cancelled run itself
+    record_history("schedule_parent_0_1_1_deliver_while_cancelling", await handle.fetch_history())
 
 
 async def test_concurrent_triggers_each_record_their_own_run(
@@ -87,6 +88,8 @@ async def test_concurrent_triggers_each_record_their_own_run(
         assert len(times) == 20, answers
         assert len(set(times)) == 20, sorted(times)
         await eventually(lambda: len(fake.accepted) == 20, timeout=60)
+        handle = client.get_workflow_handle(f"schedule:{object_id}")
+        record_history("schedule_parent_0_1_1_distinct_triggers", await handle.fetch_history())
     assert sorted(run["scheduled_time"] for run in fake.started) == sorted(times)
     assert sorted(fake.accepted) == sorted(times)
 
@@ -133,6 +136,7 @@ async def test_messages_to_a_schedule_closing_as_cancelled_are_refused_and_it_sh
             await asyncio.wait_for(handle.result(), timeout=30)
         child = client.get_workflow_handle(run_workflow_id(object_id, scheduled_time))
         result = await child.result()
+        record_history("schedule_parent_0_1_1_closing_refuses", await handle.fetch_history())
     assert refusals == ["set", "pause", "trigger", "configure"]
     assert fake.accepted == [scheduled_time]
     assert result["outcome_pending"] is True

@@ -41,7 +41,6 @@ from workflows.schedule.core import (
 from workflows.schedule.models import (
     Outcome,
     RunError,
-    RunStatus,
     ScheduleInput,
     idempotency_key,
 )
@@ -368,7 +367,7 @@ class ScheduleSimulation:
         key = idempotency_key(OBJECT_ID, scheduled_time)
         if child.settled is None:
             child.settled = outcome
-            self.core.settle(scheduled_time, outcome, self.now)
+            self.core.settled_by_signal(scheduled_time, outcome, self.now)
         else:
             del self.children[scheduled_time]
             if self.rng.random() < 0.3:
@@ -438,12 +437,7 @@ class ScheduleSimulation:
             child.handed_over = True
 
     def _drain_over(self) -> bool:
-        if self.allowance_spent:
-            return True
-        watched = any(not child.handed_over for child in self.children.values())
-        runs = self.core.state.runs.values()
-        waiting = all(run.state == RunStatus.QUEUED or run.outcome_pending for run in runs)
-        return not watched and not self.redeliveries and waiting
+        return self.allowance_spent or self.core.drained(shell_busy=bool(self.redeliveries))
 
     def close_for_continue_as_new(self) -> None:
         """The drain is over: stop the deliveries (those going are asked to stop), and once

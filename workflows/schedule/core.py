@@ -871,6 +871,31 @@ class ScheduleCore:
             self.pause(failure_note(idempotency_key(self.object_id, scheduled_time), run.error))
         return True
 
+    def settled_by_signal(self, scheduled_time: int, outcome: Outcome, now_ms: int) -> bool:
+        """The `run_settled` signal: `settle`, and return whether the main loop must decide
+        again: only when a queued run can take the freed slot or the run's failure paused the
+        schedule (every wake-up cancels and restarts the tick timer: two more events)."""
+        was_paused = self.state.paused
+        settled = self.settle(scheduled_time, outcome, now_ms)
+        return settled and (self.queued_count() > 0 or self.state.paused != was_paused)
+
+    def new_runs_wait(self) -> bool:
+        """Whether a run recorded now waits for a slot (its `due` event says `queued`)."""
+        return self.running_count() >= self.max_concurrent_runs
+
+    def drained(self, *, shell_busy: bool) -> bool:
+        """Whether the drain before continue-as-new is over: nothing of the shell going
+        (`shell_busy`: child starts, redeliveries, lifecycle calls) and every run left is
+        queued (it never started) or has its outcome owed (carried, delivered by the next
+        run)."""
+        waiting = self.queued_count() + len(self.awaiting_delivery())
+        return not shell_busy and waiting == len(self.state.runs)
+
+    def stranded_redeliveries(self) -> list[DeadLetter]:
+        """The letters the previous run of the schedule was redelivering when it continued as
+        new: nothing else would ever clear their mark, so this run starts them again."""
+        return [letter for letter in self.state.dead_letters if letter.redelivering]
+
     # --- what `describe` shows: the ring of ended runs, counters, next fire times ---
 
     def _remember_ended(self, run: Run, outcome: Outcome | None, now_ms: int | None) -> None:

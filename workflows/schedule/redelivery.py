@@ -172,7 +172,7 @@ class Redeliveries:
     def resume_stranded(self) -> None:
         """Start again each redelivery the previous run had going when it continued as new:
         the letter came marked as being redelivered, and nothing else would ever clear it."""
-        stranded = [letter for letter in self._core.state.dead_letters if letter.redelivering]
+        stranded = self._core.stranded_redeliveries()
         if stranded and workflow.patched(RESUME_REDELIVERIES_PATCH):
             for letter in stranded:
                 self._spawn(letter)

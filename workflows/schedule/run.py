@@ -540,13 +540,7 @@ class RunReports:
 
     def settled(self, settled: RunSettled) -> None:
         """The `run_settled` signal: the run stopped; its slot is free."""
-        # Wake the loop only when a queued run can take the freed slot or the run's failure
-        # paused the schedule: every wake-up cancels and restarts the tick timer (two more
-        # history events).
-        was_paused = self._core.state.paused
-        if self._core.settle(settled.scheduled_time, settled.outcome, now_ms()) and (
-            self._core.queued_count() or self._core.state.paused != was_paused
-        ):
+        if self._core.settled_by_signal(settled.scheduled_time, settled.outcome, now_ms()):
             self._kernel.wake()
 
     def ended(

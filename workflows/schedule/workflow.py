@@ -233,9 +233,10 @@ class DurabilityScheduleWorkflow:
         outcome deliveries (stopped and carried when it closes), or the drain's allowance of
         events is spent."""
         return self._drain.over(
-            not self._kernel.busy(STARTS, Redeliveries.TASKS)
-            and not self._lifecycle.tasks
-            and self._core.queued_count() + self._deliveries.pending() == len(self._core.state.runs)
+            self._core.drained(
+                shell_busy=self._kernel.busy(STARTS, Redeliveries.TASKS)
+                or bool(self._lifecycle.tasks)
+            )
         )
 
     def _emit(self, scheduled_time: int, event_type: str, now: int, **fields: Any) -> None:
@@ -445,7 +446,7 @@ class DurabilityScheduleWorkflow:
         self._core.check_room(len(unrecorded), "backfill")
 
     def _emit_recorded(self, runs: list[Run], now: int) -> None:
-        queued = self._core.running_count() >= self._core.max_concurrent_runs
+        queued = self._core.new_runs_wait()
         for run in runs:
             self._emit(run.scheduled_time, "due", now, queued=queued)
         self._kernel.wake()
