@@ -19,6 +19,7 @@ from tests.support.fakes import ScheduleFake
 from tests.support.helpers import eventually, record_history, schedule_worker
 from tests.support.server import free_port
 from workflows.schedule.models import run_workflow_id
+from workflows.search_attributes import SCHEDULE_STATE_MEMO_KEY
 
 pytestmark = pytest.mark.cacheless
 
@@ -116,6 +117,12 @@ async def test_messages_to_a_schedule_closing_as_cancelled_are_refused_and_it_sh
         await eventually(lambda: _query(handle, "describe"), timeout=20, interval=0.2)  # closing
         view = await handle.query("get")
         assert view is not None and view["closing"] is True
+
+        async def listed_closing() -> bool:  # what `durability schedule list` shows
+            memo = await (await handle.describe()).memo_value(SCHEDULE_STATE_MEMO_KEY, None)
+            return memo == {"state": "closing"}
+
+        await eventually(listed_closing, timeout=20, interval=0.2)
         refusals: list[str] = []
         for name, payload in [
             ("set", {"expression": YEARLY, "version": 2}),

@@ -73,6 +73,9 @@ DROP_WHILE_CLOSING_PATCH = "drop-signals-while-closing"
 # Recorded when a `trigger` falls on a time a run (or the pending tick) already holds: it
 # records its own run at the next free millisecond (a run recorded before merged into it).
 DISTINCT_TRIGGER_TIMES_PATCH = "distinct-trigger-times"
+# Recorded when a cancellation request reaches a run: it publishes its state memo `closing`
+# (a run recorded before left it `live` until the close).
+PUBLISH_CLOSING_PATCH = "publish-closing-state"
 
 
 @workflow.defn(name=SCHEDULE_WORKFLOW_TYPE, sandboxed=SANDBOXED)
@@ -157,6 +160,8 @@ class DurabilityScheduleWorkflow:
         if lifts_stop and not workflow.patched(DELIVER_WHILE_CANCELLING_PATCH):
             return  # recorded before: the run waits with its deliveries stopped
         self._core.begin_cancellation()
+        if workflow.patched(PUBLISH_CLOSING_PATCH):
+            self._published.publish_closing()
         self._deliveries.pump()
 
     async def _tick_until_history_is_long(self) -> None:
