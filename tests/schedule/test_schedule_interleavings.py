@@ -120,7 +120,7 @@ async def test_messages_to_a_schedule_closing_as_cancelled_are_refused_and_it_sh
 
         async def listed_closing() -> bool:  # what `durability schedule list` shows
             memo = await (await handle.describe()).memo_value(SCHEDULE_STATE_MEMO_KEY, None)
-            return memo == {"state": "closing"}
+            return bool(memo == {"state": "closing"})
 
         await eventually(listed_closing, timeout=20, interval=0.2)
         refusals: list[str] = []
