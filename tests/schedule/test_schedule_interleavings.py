@@ -62,7 +62,7 @@ async def test_a_cancellation_while_closing_for_continue_as_new_delivers_and_clo
         await handle.cancel()
         fake.outcome_gate.set()  # the attempt going now fails: the delivery was interrupted
         with pytest.raises(WorkflowFailureError) as closed:
-            await asyncio.wait_for(handle.result(), timeout=30)
+            await asyncio.wait_for(handle.result(), timeout=60)
     assert isinstance(closed.value.cause, CancelledError)
     assert fake.refused_after_gate == [scheduled_time]
     assert fake.accepted == [scheduled_time]  # delivered by the cancelled run itself
