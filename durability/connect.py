@@ -8,6 +8,7 @@ Connection settings come from Temporal's environment configuration
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -50,6 +51,16 @@ def data_converter(env: Mapping[str, str] | None = None) -> DataConverter:
 
 
 _PROFILE_SETTINGS = ("TEMPORAL_PROFILE", "TEMPORAL_CONFIG_FILE")
+# A line of the config file as a TOML parse error quotes it (`3 | api_key = ...`) and the
+# marker line under it (`  |   ^^^`).
+_QUOTED_LINE = re.compile(r"\s*[0-9]*\s*\|")
+
+
+def without_quoted_lines(message: str) -> str:
+    """An envconfig error without the lines it quotes from the config file: the line that
+    failed to parse may hold an API key or a TLS key."""
+    kept = [line.strip() for line in message.splitlines() if not _QUOTED_LINE.match(line)]
+    return " ".join(line for line in kept if line)
 
 
 def load_connect_config(env: Mapping[str, str] | None = None) -> ClientConnectConfig:
@@ -68,8 +79,9 @@ def load_connect_config(env: Mapping[str, str] | None = None) -> ClientConnectCo
     except Exception as error:  # envconfig raises plain errors for bad files/values
         given = [f"{name} {source[name]!r}" for name in _PROFILE_SETTINGS if source.get(name)]
         raise ConfigurationError(
-            f"Temporal environment configuration ({', '.join(given) or 'defaults'}): {error}"
-        ) from error
+            f"Temporal environment configuration ({', '.join(given) or 'defaults'}): "
+            f"{without_quoted_lines(str(error))}"
+        ) from None
     tls = config.get("tls")
     if isinstance(tls, TLSConfig) and bool(tls.client_cert) != bool(tls.client_private_key):
         raise ConfigurationError(
