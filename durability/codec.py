@@ -30,7 +30,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
-from temporalio.converter import PayloadCodec
+from temporalio.api.failure.v1 import Failure
+from temporalio.converter import DefaultFailureConverter, PayloadCodec, PayloadConverter
 
 KEY_ENV = "DURABILITY_ENCRYPTION_KEY"
 KEYS_ENV = "DURABILITY_ENCRYPTION_KEYS"
@@ -49,7 +50,11 @@ KEY_ID_PATTERN = re.compile(r"[^\s,:]{1,128}")
 MIN_KEY_LIKE_BYTES = 16
 
 
-class UnknownKeyError(ValueError):
+class KeyRingError(ValueError):
+    """A payload this key ring cannot decrypt; the message names key ids, never data."""
+
+
+class UnknownKeyError(KeyRingError):
     """A payload names a key id that is not in this process's key ring."""
 
     def __init__(self, key_id: str, known: Sequence[str]) -> None:
@@ -61,8 +66,30 @@ class UnknownKeyError(ValueError):
         self.key_id = key_id
 
 
-class DecryptionError(ValueError):
+class DecryptionError(KeyRingError):
     """A payload could not be decrypted with the key its metadata names."""
+
+
+class EncryptedFailureConverter(DefaultFailureConverter):
+    """Moves every failure's message and stack trace into its encoded attributes, which the
+    payload codec encrypts (the SDK's `encode_common_attributes`), so a failure's text, which
+    may quote user data (a webhook's URL, a far side's answer), is never stored in clear.
+
+    One exception: a key ring error (a payload this worker cannot decrypt) keeps its message
+    in clear. It names key ids only, and the operator must read it where the key is missing:
+    a worker's failed workflow task says which key to add without any codec."""
+
+    def __init__(self) -> None:
+        super().__init__(encode_common_attributes=True)
+        self._plain = DefaultFailureConverter()
+
+    def to_failure(
+        self, exception: BaseException, payload_converter: PayloadConverter, failure: Failure
+    ) -> None:
+        if isinstance(exception, KeyRingError):
+            self._plain.to_failure(exception, payload_converter, failure)
+        else:
+            super().to_failure(exception, payload_converter, failure)
 
 
 def associated_data(key_id: str) -> bytes:

@@ -38,14 +38,19 @@ def task_queue(env: Mapping[str, str] | None = None) -> str:
 
 
 def data_converter(env: Mapping[str, str] | None = None) -> DataConverter:
-    """The pydantic data converter, plus the payload codec when encryption is configured
-    (`DURABILITY_ENCRYPTION_KEYS`/`_KEY_ID`, see durability/codec.py); a bad key setting
-    raises ConfigurationError naming it."""
+    """The pydantic data converter, plus, when encryption is configured
+    (`DURABILITY_ENCRYPTION_KEYS`/`_KEY_ID`, see durability/codec.py), the payload codec and
+    `EncryptedFailureConverter`, which moves failure messages and stack traces into encoded
+    attributes so the codec encrypts them too (docs/security.md). A bad key setting raises
+    ConfigurationError naming it."""
     codec = settings.encryption_codec(os.environ if env is None else env)
     if codec is None:
         return pydantic_data_converter
+    from durability.codec import EncryptedFailureConverter
+
     return DataConverter(
         payload_converter_class=pydantic_data_converter.payload_converter_class,
+        failure_converter_class=EncryptedFailureConverter,
         payload_codec=codec,
     )
 
