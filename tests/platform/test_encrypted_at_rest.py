@@ -24,6 +24,8 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from durability.codec import EncryptionCodec
+from durability.codec_server import CodecServerSettings, start
 from durability.connect import connect
 from durability.registry import workflow_runner
 from tests.ledger.test_ledger_workflow import http_input, start_ledger
@@ -147,9 +149,35 @@ async def exercise_every_field(
     assert webhooks.posts.get("hooks", 0) >= 1 and webhooks.posts.get("outcome", 0) >= 2
 
 
-async def cli_output(address: str) -> str:
-    """Everything `temporal workflow list/describe/show` print (JSON) for every workflow."""
-    listed = await temporal(address, "workflow", "list", "--output", "json")
+def failure_texts(outputs: str) -> str:
+    """The message and stack trace of every failure in `temporal workflow show` JSON outputs
+    (one document a line group), read from their encoded attributes as the codec left them."""
+    texts: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            encoded = node.get("encodedAttributes")
+            if isinstance(encoded, dict) and "data" in encoded:
+                texts.append(base64.b64decode(encoded["data"]).decode(errors="replace"))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for document in outputs.split(DOCUMENT_SEPARATOR):
+        if document.strip():
+            walk(json.loads(document))
+    return "\n".join(texts)
+
+
+DOCUMENT_SEPARATOR = "\n\x1e\n"
+
+
+async def cli_output(address: str, *codec: str) -> str:
+    """Everything `temporal workflow list/describe/show` print (JSON) for every workflow, with
+    the `codec` options (none: without the codec)."""
+    listed = await temporal(address, "workflow", "list", "--output", "json", *codec)
     shown = [listed.stdout]
     for execution in json.loads(listed.stdout or "[]"):
         workflow_id = execution["execution"]["workflowId"]
@@ -157,10 +185,23 @@ async def cli_output(address: str) -> str:
         for command in ("describe", "show"):
             result = await temporal(
                 address, "workflow", command, "--workflow-id", workflow_id,
-                "--run-id", run_id, "--output", "json",
+                "--run-id", run_id, "--output", "json", *codec,
             )  # fmt: skip
             shown.append(result.stdout)
-    return "\n".join(shown)
+    return DOCUMENT_SEPARATOR.join(shown)
+
+
+async def decoded_cli_output(address: str, key: str) -> str:
+    """`cli_output` through a codec server holding `key`."""
+    token = uuid.uuid4().hex
+    codec = EncryptionCodec(base64.b64decode(key), "primary")
+    codec_server = await start(codec, CodecServerSettings.build(token), port=0)
+    try:
+        return await cli_output(
+            address, "--codec-endpoint", codec_server.url, "--codec-auth", f"Bearer {token}"
+        )
+    finally:
+        await codec_server.close()
 
 
 def database_text(server: DevServer) -> bytes:
@@ -209,11 +250,14 @@ async def test_no_user_data_in_the_server_database_or_the_cli_without_the_codec(
             ):
                 await exercise_every_field(client, mark, webhooks, far, names)
         shown = await cli_output(server.address)
+        decoded = await decoded_cli_output(server.address, key)
     finally:
         await server.close()
     stored = database_text(server)
     # The searches work: what stays plain is found in both.
     for plain in (names["object"], names["ledger"]):
         assert plain in shown and plain.encode() in stored
+    # Through the codec server, failures decode: the webhook's URL and answer are read back.
+    assert {"url", "answer"} <= set(found(failure_texts(decoded), mark))
     leaks = {"temporal CLI without codec": found(shown, mark), "database": found(stored, mark)}
     assert leaks == {"temporal CLI without codec": [], "database": []}
