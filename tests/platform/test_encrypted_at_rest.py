@@ -4,7 +4,8 @@ codec.
 A real dev server on a database file (`--db-filename`), a worker and client with a key ring, a
 marker in every user-supplied field: a schedule's params and webhook URLs, the far side's
 answers (which the run's error, the dead letter and the pause note then carry), a pause note,
-a ledger operation's payload, its far side's status and its completion's blocker. Then the
+a ledger operation's payload, its far side's status, its completion's blocker and a skip's
+reason. Then the
 `temporal` CLI's `workflow list/describe/show` (no codec) and the database file are searched
 for every marker: none may be found. Each search is checked to work on what is meant to stay
 plain (the object and ledger IDs).
@@ -44,6 +45,7 @@ FIELDS = (
     "status",
     "ledger_answer",
     "blocker",
+    "reason",
 )
 
 
@@ -146,19 +148,25 @@ async def exercise_every_field(
         return bool(operations(await snapshot(ledger))["a"]["phase"] == "blocked")
 
     await eventually(ledger_blocked, timeout=60)
+    await ledger.execute_update("enqueue", {"operations": [intent("b", ["c2"], ["a"])]})
+    skip = {"operation_id": "b", "reason": f"not needed {mark['reason']}"}
+    assert await ledger.execute_update("skip", skip) is True
     assert webhooks.posts.get("hooks", 0) >= 1 and webhooks.posts.get("outcome", 0) >= 2
 
 
-def failure_texts(outputs: str) -> str:
-    """The message and stack trace of every failure in `temporal workflow show` JSON outputs
-    (one document a line group), read from their encoded attributes as the codec left them."""
-    texts: list[str] = []
+def decoded_texts(outputs: str) -> tuple[str, str]:
+    """From `temporal workflow ...` JSON outputs: (every payload's data, every failure's
+    encoded attributes), base64-decoded as the codec left them."""
+    payloads: list[str] = []
+    failures: list[str] = []
 
     def walk(node: Any) -> None:
         if isinstance(node, dict):
+            if isinstance(node.get("data"), str) and isinstance(node.get("metadata"), dict):
+                payloads.append(base64.b64decode(node["data"]).decode(errors="replace"))
             encoded = node.get("encodedAttributes")
-            if isinstance(encoded, dict) and "data" in encoded:
-                texts.append(base64.b64decode(encoded["data"]).decode(errors="replace"))
+            if isinstance(encoded, dict) and isinstance(encoded.get("data"), str):
+                failures.append(base64.b64decode(encoded["data"]).decode(errors="replace"))
             for value in node.values():
                 walk(value)
         elif isinstance(node, list):
@@ -168,7 +176,7 @@ def failure_texts(outputs: str) -> str:
     for document in outputs.split(DOCUMENT_SEPARATOR):
         if document.strip():
             walk(json.loads(document))
-    return "\n".join(texts)
+    return "\n".join(payloads), "\n".join(failures)
 
 
 DOCUMENT_SEPARATOR = "\n\x1e\n"
@@ -257,7 +265,16 @@ async def test_no_user_data_in_the_server_database_or_the_cli_without_the_codec(
     # The searches work: what stays plain is found in both.
     for plain in (names["object"], names["ledger"]):
         assert plain in shown and plain.encode() in stored
-    # Through the codec server, failures decode: the webhook's URL and answer are read back.
-    assert {"url", "answer"} <= set(found(failure_texts(decoded), mark))
-    leaks = {"temporal CLI without codec": found(shown, mark), "database": found(stored, mark)}
+    # Without the codec: the printed text, and every payload the CLI prints in base64 (a plain
+    # JSON payload nested in an event would hide there).
+    shown_all = "\n".join((shown, *decoded_texts(shown)))
+    leaks = {"temporal CLI without codec": found(shown_all, mark), "database": found(stored, mark)}
     assert leaks == {"temporal CLI without codec": [], "database": []}
+    # Through the codec server, failures decode: the webhook's URL and answer are read back
+    # from their encoded attributes; and every marker is there to be found (the completion's
+    # first answer only while its attempt was retried): the searches look where the data is.
+    payload_text, failure_text = decoded_texts(decoded)
+    assert {"url", "answer"} <= set(found(failure_text, mark))
+    assert set(FIELDS) - {"ledger_answer"} <= set(
+        found(decoded + payload_text + failure_text, mark)
+    )
