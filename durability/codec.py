@@ -46,8 +46,6 @@ TAG_BYTES = 16
 KEY_BYTES = 32
 # Ring ids: anything but separators and whitespace (the single-key setting accepts any id).
 KEY_ID_PATTERN = re.compile(r"[^\s,:]{1,128}")
-# A key id that is valid base64 of this many bytes or more is taken for a misplaced key.
-MIN_KEY_LIKE_BYTES = 16
 
 
 class KeyRingError(ValueError):
@@ -214,15 +212,19 @@ def _decode_key(setting: str, entry: str, encoded: str) -> bytes:
 
 
 def looks_like_key(text: str) -> bool:
-    """Whether `text` could be a key rather than a key id: base64 of 16 bytes or more.
+    """Whether `text` could be a key rather than a key id: base64 (padded or not) of a key's
+    32 bytes.
 
     Key ids are written into every payload's metadata in clear and named in messages, so a
     key written where its id belongs (`key:id`, or the key as DURABILITY_ENCRYPTION_KEY_ID)
-    is refused before it can reach either."""
+    is refused before it can reach either. Hex ids (fingerprints) never decode to 32 bytes
+    at their usual lengths (32, 40 or 64 digits)."""
+    stripped = text.strip()
     try:
-        return len(base64.b64decode(text.strip(), validate=True)) >= MIN_KEY_LIKE_BYTES
+        decoded = base64.b64decode(stripped + "=" * (-len(stripped) % 4), validate=True)
     except (binascii.Error, ValueError):
         return False
+    return len(decoded) == KEY_BYTES
 
 
 def parse_key_ring(text: str) -> dict[str, bytes]:

@@ -165,6 +165,11 @@ def test_codec_from_env_reads_a_ring_or_the_single_key() -> None:
     assert ring is not None and ring.key_id == "B" and ring.key_ids == ["B", "A"]
     only = codec_from_env({"DURABILITY_ENCRYPTION_KEYS": f"A:{b64(KEY_A)}"})
     assert only is not None and only.key_id == "A"
+    # Hex fingerprints as ids are not taken for keys (only base64 of 32 bytes is).
+    fingerprints = {"a" * 32: KEY_A, "b" * 40: KEY_B, "c" * 64: KEY}
+    ring_text = ",".join(f"{key_id}:{b64(key)}" for key_id, key in fingerprints.items())
+    hex_ids = codec_from_env({"DURABILITY_ENCRYPTION_KEYS": ring_text, KEY_ID: "c" * 64})
+    assert hex_ids is not None and sorted(hex_ids.key_ids) == sorted(fingerprints)
 
 
 KEYS = "DURABILITY_ENCRYPTION_KEYS"

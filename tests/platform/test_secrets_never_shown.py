@@ -48,6 +48,7 @@ SINGLE = "DURABILITY_ENCRYPTION_KEY"
 KEY_CASES = [
     ("ring-key-before-id", {KEYS: f"{KEY}:primary"}, [KEY], "entry 1"),
     ("ring-second-key-before-id", {KEYS: f"primary:{OTHER},{KEY}:second"}, [KEY, OTHER], "entry 2"),
+    ("ring-unpadded-key-before-id", {KEYS: f"{KEY.rstrip('=')}:primary"}, [KEY[:-1]], "entry 1"),
     ("ring-bad-base64", {KEYS: f"primary:{KEY[:-4]}!!!!"}, [KEY[:-4]], "not valid base64"),
     ("ring-wrong-length", {KEYS: f"primary:{SHORT}"}, [SHORT], "31 bytes"),
     ("ring-bare-key", {KEYS: KEY}, [KEY], "not id:base64"),
