@@ -91,8 +91,8 @@ async def next_tick_at(handle: WorkflowHandle[Any, Any]) -> int | None:
 async def test_next_tick_at_is_refreshed_when_the_tick_moves_earlier_or_over_a_minute_later(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    """README: `DurabilityNextTickAt` is never later than the real next tick and at most a
-    minute earlier; it is not upserted on every tick."""
+    """docs/schedules.md: `DurabilityNextTickAt` is never later than the real next tick and at
+    most a minute earlier; it is not upserted on every tick."""
     recorder = ScheduleFake()
     schedule = {"expression": YEARLY, "version": 1}
     async with live_schedule(client, task_queue, unique, recorder, schedule) as handle:
@@ -270,7 +270,7 @@ async def test_trigger_runs_while_paused_and_is_refused_before_anything_is_recor
     client: Client, task_queue: str, unique: str
 ) -> None:
     """The trigger validator: with no live schedule (never set, or cancelled) a trigger is
-    refused and leaves no trace in the history; while paused it runs (README)."""
+    refused and leaves no trace in the history; while paused it runs (docs/schedules.md)."""
     recorder = ScheduleFake()
     async with live_schedule(client, task_queue, unique, recorder) as handle:
         refused: list[pytest.ExceptionInfo[WorkflowUpdateFailedError]] = []
