@@ -126,10 +126,9 @@ async def connect_client(
         from temporalio.contrib.opentelemetry import TracingInterceptor
 
         chosen.append(TracingInterceptor())
+    converter = data_converter(env)  # a bad key setting is not a connection problem
     try:
-        return await Client.connect(
-            **config, data_converter=data_converter(env), interceptors=chosen
-        )
+        return await Client.connect(**config, data_converter=converter, interceptors=chosen)
     except (RuntimeError, ValueError) as error:
         raise _unreachable(config, error) from error
 
@@ -154,11 +153,8 @@ async def connect(
 
     config: dict[str, Any] = dict(load_connect_config(env))
     config.update(overrides)
+    chosen = list(plugins) if plugins is not None else [DurabilityPlugin(env=env)]
     try:
-        return await Client.connect(
-            **config,
-            plugins=list(plugins) if plugins is not None else [DurabilityPlugin(env=env)],
-            runtime=runtime,
-        )
+        return await Client.connect(**config, plugins=chosen, runtime=runtime)
     except (RuntimeError, ValueError) as error:
         raise _unreachable(config, error) from error

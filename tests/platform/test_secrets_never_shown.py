@@ -13,6 +13,7 @@ import asyncio
 import base64
 import hashlib
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,11 +22,9 @@ import pytest
 
 from durability.codec import EncryptionCodec
 from durability.codec_server import CodecServerSettings, start
-from tests.support.helpers import PROJECT_ROOT, run_command, subprocess_env
+from tests.support.helpers import PROJECT_ROOT, subprocess_env
 
 WORKER = [sys.executable, str(PROJECT_ROOT / "worker.py")]
-CLI = [sys.executable, "-m", "durability.cli", "schedule", "list"]
-CODEC_SERVER = [sys.executable, "-m", "durability.cli", "codec-server", "--port", "0"]
 NOBODY = "127.0.0.1:1"  # nothing listens: a setting that passes fails to connect
 PIECE = 12  # no piece of a secret this long may be printed
 
@@ -82,26 +81,76 @@ def refused_in_one_line(
     assert_never_shown(stdout + stderr, secrets)
 
 
+class Commands:
+    """`worker.py` as a process of its own; the `durability` CLI and `durability
+    codec-server` in this process (`durability.cli.main`, what the console script runs),
+    which is much cheaper: every stream and log record they write is captured."""
+
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture,
+    ) -> None:
+        self._monkeypatch = monkeypatch
+        self._capfd = capfd
+        self._caplog = caplog
+
+    @staticmethod
+    def environment(env: dict[str, str]) -> dict[str, str]:
+        base = {
+            name: value
+            for name, value in subprocess_env(NOBODY).items()
+            if not name.startswith(("DURABILITY_ENCRYPTION_", "DURABILITY_CODEC_", "TEMPORAL_"))
+        }
+        return {**base, "TEMPORAL_ADDRESS": NOBODY, **env}
+
+    def worker(self, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            WORKER, env=self.environment(env), capture_output=True, text=True, timeout=120
+        )
+
+    def cli(self, argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        from durability.cli import main
+
+        with self._monkeypatch.context() as patch:
+            for name in list(os.environ):
+                patch.delenv(name)
+            for name, value in self.environment(env).items():
+                patch.setenv(name, value)
+            self._capfd.readouterr()
+            self._caplog.clear()
+            with self._caplog.at_level(logging.DEBUG):
+                code = main(argv)
+            out, err = self._capfd.readouterr()
+        return subprocess.CompletedProcess(argv, code, out + self._caplog.text, err)
+
+    def all_three(self, env: dict[str, str]) -> list[subprocess.CompletedProcess[str]]:
+        return [
+            self.worker(env),
+            self.cli(["schedule", "list"], env),
+            self.cli(["codec-server", "--port", "0"], {**env, "DURABILITY_CODEC_TOKEN": TOKEN}),
+        ]
+
+
+@pytest.fixture
+def commands(
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> Commands:
+    return Commands(monkeypatch, capfd, caplog)
+
+
 @pytest.mark.parametrize(
     ("env", "secrets", "expected"), [c[1:] for c in KEY_CASES], ids=[c[0] for c in KEY_CASES]
 )
-async def test_a_malformed_key_setting_is_never_echoed_by_the_worker_the_cli_or_the_codec_server(
-    env: dict[str, str], secrets: list[str], expected: str
+def test_a_malformed_key_setting_is_never_echoed_by_the_worker_the_cli_or_the_codec_server(
+    commands: Commands, env: dict[str, str], secrets: list[str], expected: str
 ) -> None:
-    base = {
-        name: value
-        for name, value in subprocess_env(NOBODY).items()
-        if not name.startswith(("DURABILITY_ENCRYPTION_", "DURABILITY_CODEC_"))
-    }
-    worker, cli, codec_server = await asyncio.gather(
-        run_command(WORKER, check=False, env={**base, **env}),
-        run_command(CLI, check=False, env={**base, **env}),
-        run_command(
-            CODEC_SERVER, check=False, env={**base, **env, "DURABILITY_CODEC_TOKEN": TOKEN}
-        ),
-    )
-    for result in (worker, cli, codec_server):
+    for result in commands.all_three(env):
         refused_in_one_line(result, [*secrets, TOKEN], expected)
+        assert "cannot connect" not in result.stderr  # a key setting, not the connection
 
 
 CONNECTION_CASES = [
@@ -120,15 +169,10 @@ CONNECTION_CASES = [
 @pytest.mark.parametrize(
     ("env", "secrets"), [c[1:] for c in CONNECTION_CASES], ids=[c[0] for c in CONNECTION_CASES]
 )
-async def test_malformed_connection_secrets_are_never_echoed_by_the_worker_or_the_cli(
-    env: dict[str, str], secrets: list[str]
+def test_malformed_connection_secrets_are_never_echoed_by_the_worker_or_the_cli(
+    commands: Commands, env: dict[str, str], secrets: list[str]
 ) -> None:
-    base = subprocess_env(NOBODY)
-    results = await asyncio.gather(
-        run_command(WORKER, check=False, env={**base, **env}),
-        run_command(CLI, check=False, env={**base, **env}),
-    )
-    for result in results:
+    for result in (commands.worker(env), commands.cli(["schedule", "list"], env)):
         assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
         assert_never_shown(result.stdout + result.stderr, secrets)
 
@@ -138,35 +182,29 @@ async def test_malformed_connection_secrets_are_never_echoed_by_the_worker_or_th
     [f'api_key = "{KEY}', f"api_key = {KEY}", f'api_key = "{KEY}" x'],
     ids=["unterminated", "unquoted", "trailing-text"],
 )
-async def test_a_config_file_line_that_does_not_parse_is_never_quoted(
-    tmp_path: Path, line: str
+def test_a_config_file_line_that_does_not_parse_is_never_quoted(
+    commands: Commands, tmp_path: Path, line: str
 ) -> None:
     config = tmp_path / "temporal.toml"
     config.write_text(f'[profile.default]\naddress = "{NOBODY}"\n{line}\n')
-    env = {**subprocess_env(NOBODY), "TEMPORAL_CONFIG_FILE": str(config)}
-    results = await asyncio.gather(
-        run_command(WORKER, check=False, env=env), run_command(CLI, check=False, env=env)
-    )
-    for result in results:
+    env = {"TEMPORAL_CONFIG_FILE": str(config)}
+    for result in (commands.worker(env), commands.cli(["schedule", "list"], env)):
         refused_in_one_line(result, [KEY], "TOML parse error at line 3")
 
 
 @pytest.mark.parametrize(
     "token", ["short-sekrit", "   ", f"{KEY[:10]}"], ids=["short", "blank", "key-piece"]
 )
-async def test_a_malformed_codec_token_is_never_echoed(token: str, tmp_path: Path) -> None:
+def test_a_malformed_codec_token_is_never_echoed(
+    commands: Commands, token: str, tmp_path: Path
+) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(token)
-    base = {
-        name: value
-        for name, value in subprocess_env(NOBODY).items()
-        if not name.startswith(("DURABILITY_ENCRYPTION_", "DURABILITY_CODEC_"))
-    }
-    base[KEYS] = f"primary:{KEY}"
-    from_env, from_file = await asyncio.gather(
-        run_command(CODEC_SERVER, check=False, env={**base, "DURABILITY_CODEC_TOKEN": token}),
-        run_command([*CODEC_SERVER, "--token-file", str(token_file)], check=False, env=base),
+    ring = {KEYS: f"primary:{KEY}"}
+    from_env = commands.cli(
+        ["codec-server", "--port", "0"], {**ring, "DURABILITY_CODEC_TOKEN": token}
     )
+    from_file = commands.cli(["codec-server", "--port", "0", "--token-file", str(token_file)], ring)
     for result in (from_env, from_file):
         assert result.returncode == 2, result.stderr
         assert_never_shown(
