@@ -217,6 +217,13 @@ METRICS_PORT = Setting(
     "Prometheus `/metrics` port on 0.0.0.0 (0 turns metrics off); a port already taken exits 2",
     integer(0, 65535),
 )
+HEALTH_PORT = Setting(
+    "DURABILITY_HEALTH_PORT",
+    "0",
+    "probe port on 0.0.0.0: `GET /livez` answers while the process runs, `GET /readyz` while "
+    "it polls and Temporal answers (503 from SIGTERM on); 0 turns it off",
+    integer(0, 65535),
+)
 DRAIN_SECONDS = Setting(
     "DURABILITY_DRAIN_SECONDS",
     "30",
@@ -414,6 +421,7 @@ OTEL_SETTINGS: tuple[Setting[Any], ...] = (
 DURABILITY_SETTINGS: tuple[Setting[Any], ...] = (
     TASK_QUEUE,
     METRICS_PORT,
+    HEALTH_PORT,
     DRAIN_SECONDS,
     MAX_CACHED_WORKFLOWS,
     MAX_CONCURRENT_WORKFLOW_TASKS,

@@ -188,7 +188,7 @@ async def test_an_outcome_slower_than_its_timeout_is_dead_lettered_as_an_outcome
     # The run ended as it stopped; the schedule delivered, and dead-lettered, its outcome.
     assert result == {
         "outcome": {"status": "complete", "error": None},
-        "delivered": False,
+        "delivered": None,  # the schedule's to deliver: not the run's to claim
         "dead_letter_error": None,
         "outcome_pending": True,
     }
@@ -325,7 +325,7 @@ async def test_a_run_whose_schedule_was_terminated_ends_as_it_stops(
         result = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), timeout=20)
     assert result == {
         "outcome": {"status": "complete", "error": None},
-        "delivered": False,
+        "delivered": None,  # the schedule's to deliver: not the run's to claim
         "dead_letter_error": None,
         "outcome_pending": True,
     }
