@@ -125,7 +125,11 @@ async def schedule_set(client: DurabilityClient, args: argparse.Namespace) -> An
     if args.signal:
         await client.signal_set_schedule(*schedule, **settings, new=args.new)
         return {"signalled": True}
-    return {"applied": await client.set_schedule(*schedule, **settings, new=args.new)}
+    applied = await client.set_schedule(*schedule, **settings, new=args.new)
+    if not applied and not args.json:  # a person is told which version is stored
+        args.stored_version = await client.stored_version(args.object_id)
+        args.stored_is_live = await client.get_schedule(args.object_id) is not None
+    return {"applied": applied}
 
 
 def show_set(result: Any, args: argparse.Namespace) -> str:
@@ -136,10 +140,14 @@ def show_set(result: Any, args: argparse.Namespace) -> str:
         )
     if result["applied"]:
         return f"applied: version {args.version} is stored"
-    return (
-        f"not applied: version {args.version} is not above the version already stored "
-        "(a cancelled one included)"
-    )
+    stored = getattr(args, "stored_version", None)
+    if stored is None:
+        return (
+            f"not applied: version {args.version} is not above the version already stored "
+            "(a cancelled one included)"
+        )
+    state = "live" if getattr(args, "stored_is_live", False) else "cancelled"
+    return f"not applied: version {stored} is stored ({state}), not below {args.version}"
 
 
 async def schedule_cancel(client: DurabilityClient, args: argparse.Namespace) -> Any:
@@ -340,7 +348,10 @@ def show_trigger(result: Any, args: argparse.Namespace) -> str:
 
 def show_backfill(result: Any, args: argparse.Namespace) -> str:
     if not result["recorded"]:
-        return "no run recorded (every time in the range is already recorded)"
+        return (
+            "no run recorded: the expression has no occurrence in the range (within the "
+            "schedule's start_at/end_at) that is not already recorded"
+        )
     return table(("recorded scheduled_time",), [(iso(t),) for t in result["recorded"]])
 
 
