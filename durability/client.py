@@ -888,9 +888,12 @@ class DurabilityClient:
                 raise NoWorkerError(task_queue_name, what)
             await asyncio.sleep(0.25)
 
-    async def _require_worker_of(self, workflow_id: str, what: str) -> None:
-        """`_require_worker` for the task queue of the running workflow `workflow_id`; one with
-        no workflow, or a closed one, is left to the call (NotFoundError, ClosedError)."""
+    async def _require_worker_of(
+        self, workflow_id: str, what: str, *, otherwise: str | None = None
+    ) -> None:
+        """`_require_worker` for the task queue of the running workflow `workflow_id`. With no
+        running workflow, for the queue `otherwise` (a with-start's), or for none: the call
+        then says it is missing or closed (NotFoundError, ClosedError)."""
         if self.worker_grace is None:
             return
         queue = self._workflow_queues.get(workflow_id)
@@ -898,13 +901,15 @@ class DurabilityClient:
             try:
                 description = await self.temporal.get_workflow_handle(workflow_id).describe()
             except RPCError as error:
-                if error.status == RPCStatusCode.NOT_FOUND:
-                    return
-                raise
-            if description.status != WorkflowExecutionStatus.RUNNING:
-                return
-            queue = self._workflow_queues[workflow_id] = description.task_queue
-        await self._require_worker(queue, what)
+                if error.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                description = None
+            if description is not None and description.status == WorkflowExecutionStatus.RUNNING:
+                queue = self._workflow_queues[workflow_id] = description.task_queue
+            else:
+                queue = otherwise
+        if queue is not None:
+            await self._require_worker(queue, what)
 
     async def _sending(self, what: str, call: Awaitable[Any], means: str | None = None) -> Any:
         """`await call`, recorded in `sent` as `what` (and answered once it returns)."""
@@ -985,10 +990,11 @@ class DurabilityClient:
         await self._check_with_start(sent)
         # Refused before sending: an update-with-start nobody answers would still create the
         # workflow, and leave it waiting for a worker.
-        await self._require_worker(
-            self.task_queue,
+        await self._require_worker_of(
+            sent.workflow_id,
             f"the {sent.message} update to {summary_for(sent.workflow_id)} was not sent and "
             "nothing was created (a signal, e.g. --signal, waits for no worker)",
+            otherwise=self.task_queue,
         )
         operations: list[WithStartWorkflowOperation[Any, Any]] = []
 
