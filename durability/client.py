@@ -886,7 +886,7 @@ class DurabilityClient:
                 return
             if loop.time() >= deadline:
                 raise NoWorkerError(task_queue_name, what)
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(0.1)
 
     async def _require_worker_of(
         self, workflow_id: str, what: str, *, otherwise: str | None = None
