@@ -858,7 +858,8 @@ class DurabilityClient:
         can still be releasing the connection while a short script's interpreter finalizes,
         which aborts the process (`Fatal Python error: PyGILState_Release`) after its work
         is done. This drops the client's reference to the connection, collects it and gives
-        those threads a moment, while the interpreter still runs. The client is unusable
+        those threads a moment, while the interpreter still runs: it makes that abort rare,
+        not impossible (docs/python-api.md has the figures). The client is unusable
         afterwards; a `Client` the caller passed in and still holds stays open.
         """
         self.__dict__.pop("temporal", None)
