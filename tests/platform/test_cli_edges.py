@@ -12,6 +12,7 @@ import re
 import signal
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -51,7 +52,8 @@ async def test_no_worker_on_the_queue_is_said_naming_it_and_nothing_is_created(
     assert "nothing was created" in line, line
     await assert_no_workflow(client, f"schedule:{object_id}")
 
-    durability = DurabilityClient(client, nobody)
+    # A shorter grace than the default 5 s: nothing polls this queue, so it only costs time.
+    durability = DurabilityClient(client, nobody, worker_grace=timedelta(seconds=1))
     with pytest.raises(NoWorkerError) as error:
         await durability.enqueue(ledger_id, [{"id": "op-1", "operation_type": "t"}])
     assert error.value.task_queue == nobody and isinstance(error.value, DurabilityError)
