@@ -166,6 +166,12 @@ async def test_a_cancel_of_a_lower_version_says_nothing_changed_and_describe_sho
 
     async with running_worker(client, task_queue):
         await durability.set_schedule(object_id, "@hourly", 5)
+        # A range with no occurrence records nothing, and says so (not "already recorded").
+        empty = ("--start", "2026-01-05T09:30", "--end", "2026-01-05T09:31")
+        assert await says("schedule", "backfill", object_id, *empty) == (
+            "no run recorded: the expression has no occurrence in the range (within the "
+            "schedule's start_at/end_at) that is not already recorded"
+        )
         assert await says("schedule", "cancel", object_id, "--version", "3") == (
             "nothing changed: version 5 is stored (live), higher than 3; a cancel of a lower "
             "version is ignored"
