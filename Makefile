@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint typecheck pytest pytest-cacheless bench browser tools lock clean
+.PHONY: setup run test lint typecheck pytest pytest-cacheless bench browser tools api-docs lock clean
 
 # Installs are pinned by constraints.txt (the lock; `make lock` rewrites it from .venv).
 $(STAMP): pyproject.toml constraints.txt
@@ -76,6 +76,10 @@ test: lint typecheck pytest pytest-cacheless
 bench: $(STAMP)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,bench]'
 	$(PY) -m bench
+
+# The Python API reference, generated from the docstrings (pdoc), into build/api.
+api-docs: $(STAMP)
+	$(PY) -m durability.apidocs build/api
 
 lock: $(STAMP)
 	{ head -2 constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^durability'; } > constraints.tmp

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from durability import DEFAULT_TASK_QUEUE, TASK_QUEUE_ENV
+from durability.errors import DurabilityError
 
 if TYPE_CHECKING:
     from activities.schedule import WebhookAllowlist
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class ConfigurationError(ValueError):
+class ConfigurationError(DurabilityError, ValueError):
     """A setting is wrong; the message names it and its value."""
 
 
@@ -437,6 +438,39 @@ DURABILITY_SETTINGS: tuple[Setting[Any], ...] = (
     LOG_LEVEL,
     SKIP_SEARCH_ATTRIBUTE_CHECK,
 )
+# `make run`'s own settings (`python -m durability.run --help`, docs/operations.md): where
+# its dev server, UI and data go. Its worker reads the settings above (DURABILITY_METRICS_PORT
+# included) from the same environment.
+RUN = "run"
+DEV_HOST = Setting(
+    "DURABILITY_DEV_HOST",
+    "127.0.0.1",
+    "address `make run`'s dev server and UI listen on (another address shares them with the "
+    "network, and lets others make the worker call your local ports: docs/security.md)",
+    not_blank,
+    group=RUN,
+)
+DEV_PORT = Setting(
+    "DURABILITY_DEV_PORT",
+    "7233",
+    "`make run`'s Temporal frontend (gRPC) port; its worker connects to it, other "
+    "terminals once `TEMPORAL_ADDRESS` names it (the banner prints the line)",
+    integer(1, 65535),
+    group=RUN,
+)
+UI_PORT = Setting(
+    "DURABILITY_UI_PORT", "8233", "`make run`'s Temporal UI port", integer(1, 65535), group=RUN
+)
+DATA_DIR = Setting(
+    "DURABILITY_DATA_DIR",
+    "data",
+    "where `make run` keeps the dev server's database and log (a relative path is taken "
+    "from the project's directory)",
+    not_blank,
+    group=RUN,
+)
+RUN_SETTINGS: tuple[Setting[Any], ...] = (DEV_HOST, DEV_PORT, UI_PORT, DATA_DIR)
+
 # Every setting, in the order --help and docs/configuration.md list them.
 SETTINGS: tuple[Setting[Any], ...] = (
     *DURABILITY_SETTINGS,
@@ -547,6 +581,14 @@ def markdown_table() -> str:
             if setting.group == group:
                 default = f"`{setting.default}`" if setting.default else "unset"
                 rows.append(f"| `{setting.name}` | {default} | {setting.meaning} |")
+    return "\n".join(rows) + "\n"
+
+
+def run_settings_table() -> str:
+    """`make run`'s settings as a markdown table (docs/operations.md)."""
+    rows = ["| setting | default | meaning |", "| --- | --- | --- |"]
+    for setting in (*RUN_SETTINGS, METRICS_PORT):
+        rows.append(f"| `{setting.name}` | `{setting.default}` | {setting.meaning} |")
     return "\n".join(rows) + "\n"
 
 
