@@ -147,7 +147,7 @@ def show_set(result: Any, args: argparse.Namespace) -> str:
             "(a cancelled one included)"
         )
     state = "live" if getattr(args, "stored_is_live", False) else "cancelled"
-    return f"not applied: version {stored} is stored ({state}), not below {args.version}"
+    return f"not applied: version {args.version} is not above the stored version {stored} ({state})"
 
 
 async def schedule_cancel(client: DurabilityClient, args: argparse.Namespace) -> Any:

@@ -190,7 +190,7 @@ async def test_a_cancel_of_a_lower_version_says_nothing_changed_and_describe_sho
             "7 or lower is not applied)"
         )
         assert await says("schedule", "set", object_id, "@hourly", "--version", "6") == (
-            "not applied: version 7 is stored (cancelled), not below 6"
+            "not applied: version 6 is not above the stored version 7 (cancelled)"
         )
         # A raw caller's bad `set` signal is dropped, and `describe` says how many were.
         handle = client.get_workflow_handle(f"schedule:{object_id}")

@@ -188,7 +188,7 @@ async def test_results_read_as_sentences_and_json_keeps_wire_values(
             "applied: version 2 is stored"
         )
         assert await says(*queue, "schedule", "set", object_id, "@hourly", "--version", "1") == (
-            "not applied: version 2 is stored (live), not below 1"
+            "not applied: version 1 is not above the stored version 2 (live)"
         )
         assert await says("schedule", "pause", object_id) == "paused"
         assert await says("schedule", "pause", object_id) == "already paused"
