@@ -886,6 +886,31 @@ def next_step(
     return Step("retry", status, following, delay, now_ms + delay)
 
 
+# A request loop that `stop` cancels mid-attempt (a submit, a query, or the completion after
+# an answer) waits until that call has really ended at the far side before it ends
+# (WAIT_CANCELLATION_COMPLETED): `stop`'s final query, which reuses the request's workflow
+# ID, can then only start once nothing of the earlier attempt still runs (3.10).
+WAIT_FOR_CANCELLED_ATTEMPTS = True
+
+
+def answer_at_cancel(
+    request_id: str, step: Step, attempt: int, launch: int | None
+) -> RequestReport | None:
+    """What a request loop cancelled while it completed an answer (`complete_activity`)
+    reports before it ends: the answer, with `query` next (the ledger asks before deciding
+    anything, 3.6). None for a step with no answer to keep."""
+    if step.result != "resolved":
+        return None
+    return RequestReport(
+        request_id=request_id,
+        phase=RequestPhase.IN_FLIGHT,
+        status=step.status.model_dump(mode="json", exclude_none=True),
+        attempt=attempt,
+        next_action=RequestAction.QUERY,
+        launch=launch,
+    )
+
+
 # ---------------------------------------------------------------- completion hook (L9, L10)
 
 # The blocker of a `complete_activity` that answered `{"blocked": true}` without an error.
@@ -1265,7 +1290,13 @@ def may_have_reached_far_side(request: RequestRecord) -> bool:
     pending, held, compiling or blocked at compile have no request at all: never asked."""
     if request.phase == "resolved" or request.launch == NEVER_LAUNCHED:
         return False
-    return not (request.attempt == 0 and request.blocker == INTERPRETER_UNAVAILABLE)
+    # Blocked at freeze: no attempt, and nothing since made its next action a query (a loop
+    # interrupted mid-attempt, `request_interrupted`, would have).
+    return not (
+        request.attempt == 0
+        and request.blocker == INTERPRETER_UNAVAILABLE
+        and request.retry_action == RequestAction.SUBMIT
+    )
 
 
 def _request_sequence(state: LedgerState, request: RequestRecord) -> int:
@@ -1561,9 +1592,24 @@ def parse_configure(raw: Any, current: LedgerConfig) -> LedgerConfig:
 
 
 def validate_configure(state: LedgerState, raw: Any, current: LedgerConfig) -> LedgerConfig:
-    """`parse_configure` on a running ledger (a stopped one takes no `configure`)."""
+    """`parse_configure` on a running ledger (a stopped one takes no `configure`), refusing
+    `participant_free_types` without the type of an operation waiting with no participants
+    (it could then never dispatch, L5)."""
     check_running(state)
-    return parse_configure(raw, current)
+    config = parse_configure(raw, current)
+    for record in state.operations.values():
+        intent = record.intent
+        if (
+            record.phase == "pending"
+            and not canvases_of(intent)
+            and intent.operation_type not in config.participant_free_types
+        ):
+            raise InvalidRequest(
+                f"invalid configure: participant_free_types {config.participant_free_types!r:.200} "
+                f"leaves out {intent.operation_type!r:.80}, the type of operation "
+                f"{intent.id!r:.80}, which has no participants and is not resolved"
+            )
+    return config
 
 
 def settings_of(config: LedgerConfig, ledger_id: str) -> dict[str, Any]:

@@ -229,17 +229,9 @@ class FrozenRequestWorkflow:
             try:
                 step = await self._complete(input, raw, step)
             except (asyncio.CancelledError, ActivityError) as error:
-                if is_cancelled_exception(error) and self._waits_cancelled():
-                    # `stop` cancelled the completion of an answer: the ledger keeps that
-                    # answer, and asks (query) before it decides anything.
-                    answered = RequestReport(
-                        request_id=request_id,
-                        phase="in_flight",
-                        status=step.status.model_dump(mode="json", exclude_none=True),
-                        attempt=attempt,
-                        next_action=RequestAction.QUERY,
-                        launch=input.launch,
-                    )
+                answered = core.answer_at_cancel(request_id, step, attempt, input.launch)
+                if is_cancelled_exception(error) and answered and self._waits_cancelled():
+                    # `stop` cancelled the completion of an answer: the ledger keeps it.
                     await self._tell(ledger, "request_progress", answered)
                 raise
             status = step.status.model_dump(mode="json", exclude_none=True)
@@ -359,7 +351,9 @@ class FrozenRequestWorkflow:
     def _waits_cancelled(self) -> bool:
         """Whether this run awaits a cancelled activity's end (`WAIT_CANCELLED_PATCH`)."""
         if self._wait_cancelled is None:
-            self._wait_cancelled = workflow.patched(WAIT_CANCELLED_PATCH)
+            self._wait_cancelled = core.WAIT_FOR_CANCELLED_ATTEMPTS and workflow.patched(
+                WAIT_CANCELLED_PATCH
+            )
         return self._wait_cancelled
 
     def _cancellation_type(self) -> workflow.ActivityCancellationType:
