@@ -258,7 +258,7 @@ class LedgerSim:
         if kind in ("settle", "resume"):
             return rng.choice([{}, None, {"bogus": 1}])
         if kind == "skip":
-            ops = list(self.state.operations) or ["none"]
+            ops: list[str] = list(self.state.operations) or ["none"]
             return rng.choice(
                 [{"operation_id": rng.choice(ops)}, {"operation_id": rng.choice(ops), "bogus": 1}]
             )
