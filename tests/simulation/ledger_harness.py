@@ -258,9 +258,12 @@ class LedgerSim:
         if kind in ("settle", "resume"):
             return rng.choice([{}, None, {"bogus": 1}])
         if kind == "skip":
-            ops: list[str] = list(self.state.operations) or ["none"]
+            known_ops: list[str] = list(self.state.operations) or ["none"]
             return rng.choice(
-                [{"operation_id": rng.choice(ops)}, {"operation_id": rng.choice(ops), "bogus": 1}]
+                [
+                    {"operation_id": rng.choice(known_ops)},
+                    {"operation_id": rng.choice(known_ops), "bogus": 1},
+                ]
             )
         if kind == "configure":
             return rng.choice(
