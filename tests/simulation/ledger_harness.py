@@ -538,7 +538,20 @@ class LedgerSim:
         if loop.run != self.run:
             return  # an earlier run's child: no handle here
         if cancelled:
+            busy = loop.stage in BUSY
             core.request_interrupted(self.state, loop.request_id, "stopped", stopped=True)
+            request = self.state.requests.get(loop.request_id)
+            if busy and request is not None and request.phase == "frozen":
+                # 3.6: a call `stop` interrupted may have reached the far side: ask next;
+                # and an answer whose completion it interrupted is kept.
+                if request.retry_action != RequestAction.QUERY:
+                    self.fail(
+                        f"3.6: {loop.request_id} interrupted mid-call, next {request.retry_action}"
+                    )
+                answered = loop.step is not None and loop.stage == "complete"
+                outcome = (request.last_status or {}).get("outcome")
+                if answered and loop.step is not None and outcome != loop.step.status.outcome:
+                    self.fail(f"3.6: the answer of {loop.request_id} was lost at stop")
 
     def may_fail(self, loop: Loop) -> bool:
         return not loop.final_query and loop.run == self.run and loop.stage == "waiting"
