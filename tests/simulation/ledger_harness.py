@@ -189,6 +189,9 @@ class LedgerSim:
     # ------------------------------------------------------------ messages
 
     def message(self) -> None:
+        if self.stop_bound is not None and self.rng.random() < 0.4:
+            self.skip_while_stopping()
+            return
         last = "stop" if self.rng.random() < 0.15 else "resume"
         kind = self.rng.choice(
             [
@@ -220,6 +223,25 @@ class LedgerSim:
             self.trace.append(f"  refused: {str(refused)[:100]}")
             return
         self.apply(kind, raw, parsed, as_signal)
+
+    def skip_while_stopping(self) -> None:
+        """`skip` aimed at what `stop` is about to ask (a message can come at any point)."""
+        targets = [
+            op
+            for r in self.stop_queue + sorted(self.asking)
+            for op in self.state.requests[r].operation_ids
+            if r in self.state.requests
+        ]
+        raw = {"operation_id": self.rng.choice(targets or ["none"])}
+        as_signal = self.rng.random() < 0.5
+        self.trace.append(f"{'signal' if as_signal else 'update'} skip {raw} while stopping")
+        try:
+            parsed = core.validate_skip(self.state, raw)
+        except core.InvalidRequest:
+            if as_signal:
+                core.count_dropped_signal(self.state)
+            return
+        core.skip_and_compact(self.state, self.config, parsed.operation_id, parsed.reason)
 
     def payload(self, kind: str) -> Any:
         rng = self.rng
