@@ -268,7 +268,7 @@ async def test_bad_release_resume_and_skip_signals_are_dropped_and_counted(
     async with ledger_worker(client, task_queue):
         handle = await start_ledger(client, unique, task_queue, LedgerInput())
         token = await handle.execute_update("hold", {}, result_type=str)
-        await enqueue(handle, intent("orphan", []), intent("a", ["c1"]))
+        await enqueue(handle, intent("orphan", ["c9"], ["never-enqueued"]), intent("a", ["c1"]))
         before = await snapshot(handle)
         bad = [
             ("release", {"token": 5}),  # not a string
