@@ -406,7 +406,7 @@ async def test_ledger_skip_frees_a_blocked_operations_dependent_and_rejects_unkn
     ledger_id = f"cli-skip-{unique}"
     cli = ("--task-queue", task_queue, "--json")
     operations = tmp_path / "ops.json"
-    # An unsupported protocol version: frozen, never sent, blocked (request_interpreter_unavailable).
+    # An unsupported protocol version: frozen, never sent, blocked (interpreter unavailable).
     operations.write_text(
         json.dumps(
             [
