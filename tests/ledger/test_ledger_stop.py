@@ -131,7 +131,7 @@ async def test_a_request_never_sent_is_not_asked(
 
         async def both_blocked() -> bool:
             ops = operations(await snapshot(handle))
-            return ops["v2"]["phase"] == "blocked"
+            return bool(ops["v2"]["phase"] == "blocked")
 
         await eventually(both_blocked, timeout=30)
         await handle.execute_update("hold", {})
