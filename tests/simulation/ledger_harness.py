@@ -97,7 +97,8 @@ class LedgerSim:
     def fail(self, message: str) -> None:
         raise SimFailure(
             f"{message}\nseed {self.seed}: replay with\n"
-            f"  DURABILITY_SIM_SEED={self.seed} .venv/bin/python -m pytest "
+            f"  DURABILITY_SIM_SEED={self.seed} DURABILITY_SIM_STEPS={self.steps} "
+            ".venv/bin/python -m pytest "
             "tests/simulation/test_ledger_simulation.py\nlast steps:\n  "
             + "\n  ".join(self.trace[-25:])
         )

@@ -1593,14 +1593,15 @@ def parse_configure(raw: Any, current: LedgerConfig) -> LedgerConfig:
 
 def validate_configure(state: LedgerState, raw: Any, current: LedgerConfig) -> LedgerConfig:
     """`parse_configure` on a running ledger (a stopped one takes no `configure`), refusing
-    `participant_free_types` without the type of an operation waiting with no participants
-    (it could then never dispatch, L5)."""
+    `participant_free_types` without the type of an operation with no participants that has
+    no frozen request yet (it could then never dispatch, L5)."""
     check_running(state)
     config = parse_configure(raw, current)
     for record in state.operations.values():
         intent = record.intent
         if (
-            record.phase == "pending"
+            record.phase != "resolved"
+            and record.request_id not in state.requests  # not frozen yet: may dispatch again
             and not canvases_of(intent)
             and intent.operation_type not in config.participant_free_types
         ):
