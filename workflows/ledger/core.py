@@ -1023,6 +1023,18 @@ def record_finished(state: LedgerState, report: RequestReport) -> bool:
     return True
 
 
+def request_workflow_ended(
+    state: LedgerState, request_id: str, cancelled: bool, cause: str
+) -> tuple[str, bool]:
+    """How a request whose workflow ended without reporting is recorded: cancelled (only
+    `stop` cancels one, or the launch gate's `block_unsupported`) or ended while stopping, as
+    `stopped` (frozen); otherwise failed, blocked until `resume`. Returns the reason and
+    whether it counts as stopped, for `request_interrupted`."""
+    if cancelled:
+        return "stopped", True
+    return f"request_workflow_failed: {cause}", state.stopped
+
+
 def request_interrupted(state: LedgerState, request_id: str, reason: str, stopped: bool) -> bool:
     """A request's loop ended without reporting (stopped, or its workflow failed).
 

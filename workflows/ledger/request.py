@@ -508,10 +508,10 @@ class RequestRuns:
         except ChildWorkflowError as error:
             if self.tasks.get(request_id) is not me:
                 return  # an earlier loop of a request relaunched since (resume)
-            # Cancelled: only `stop` cancels a request. Failed: blocked until resume.
-            cancelled = is_cancelled_exception(error)
-            reason = "stopped" if cancelled else f"request_workflow_failed: {error.cause}"
-            interrupted(state, request_id, reason, stopped=cancelled or state.stopped)
+            reason, stopped = core.request_workflow_ended(
+                state, request_id, is_cancelled_exception(error), str(error.cause)
+            )
+            interrupted(state, request_id, reason, stopped=stopped)
             return
         try:
             report = core.parse_report(result)
