@@ -12,6 +12,7 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from activities.ledger import compile_passthrough
+from durability.client import DurabilityClient
 from tests.support.helpers import eventually
 from tests.support.ledger import intent, ledger_worker, operations, requests, snapshot
 from workflows.ledger.models import LedgerInput
@@ -58,8 +59,10 @@ async def test_a_hold_taken_while_an_operation_compiles_stops_its_first_submit(
         snap = await eventually(frozen)
         assert submitted == []  # recorded while held, never sent (L12)
         assert snap["hold_tokens"] == ["migration"]
-        # The hold's answer lost: sent again with its token, it changes nothing.
-        assert await handle.execute_update("hold", {"token": "migration"}) == "migration"
+        # The hold's answer lost: sent again with its token (as the client does), it changes
+        # nothing.
+        durability = DurabilityClient(client, task_queue)
+        assert await durability.hold(unique, "migration") == "migration"
         assert (await snapshot(handle))["hold_tokens"] == ["migration"]
         assert await handle.execute_update("release", {"token": "migration"}, result_type=bool)
 
