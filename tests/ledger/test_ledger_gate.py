@@ -13,7 +13,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from activities.ledger import compile_passthrough
 from durability.client import DurabilityClient
-from tests.support.helpers import eventually
+from tests.support.helpers import eventually, record_history
 from tests.support.ledger import intent, ledger_worker, operations, requests, snapshot
 from workflows.ledger.models import LedgerInput
 
@@ -72,6 +72,8 @@ async def test_a_hold_taken_while_an_operation_compiles_stops_its_first_submit(
 
         snap = await eventually(resolved)
         assert submitted == [next(iter(requests(snap)))]
+        # With the `ledger-launch-gate` marker: a request recorded while held, launched later.
+        record_history("ledger_launch_gate_0_1_1", await handle.fetch_history())
 
 
 @pytest.mark.parametrize(

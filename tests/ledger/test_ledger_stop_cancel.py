@@ -14,7 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from activities.ledger import compile_passthrough
-from tests.support.helpers import eventually
+from tests.support.helpers import eventually, record_history
 from tests.support.ledger import intent, ledger_worker, snapshot
 from workflows.ledger import request_workflow_id
 from workflows.ledger.models import LedgerInput
@@ -69,6 +69,17 @@ async def test_the_final_query_waits_for_the_cancelled_submit_to_end(
         assert calls == ["submit"]  # the cancelled submit still runs: nothing asked yet
         finish_submit.set()
         final = await stopping
+        # The request's first run, with the `frozen-request-wait-cancelled` marker, and the
+        # ledger that waited for it before asking.
+        ledger_history = await handle.fetch_history()
+        [first_run, *_] = [
+            e.child_workflow_execution_started_event_attributes.workflow_execution
+            for e in ledger_history.events
+            if e.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED
+        ]
+        child = client.get_workflow_handle(first_run.workflow_id, run_id=first_run.run_id)
+        record_history("ledger_request_wait_cancelled_0_1_1", await child.fetch_history())
+        record_history("ledger_stop_wait_cancelled_0_1_1", ledger_history)
     assert calls == ["submit", "submit ended", "query"]
     assert [r["outcome"] for r in final["resolved_at_stop"]] == ["applied"]
     assert final["unknown"] == []
