@@ -338,10 +338,17 @@ async def _check_completed_request(case: Case, completion: str) -> None:
 
 
 async def _hold_while(case: Case, completion: Callable[[Case], Awaitable[None]]) -> None:
-    """Take a hold once the completion's operation is admitted, so `release` has a token."""
+    """Take a hold once the completion's operation is sent, so `release` has a token (a hold
+    taken while it compiles would stop its submit, L12)."""
+
+    async def sent_or_ended() -> bool:
+        return bool(case.acts.sent) or (await phases(case.handle)).get("A") in (
+            "resolved",
+            "blocked",
+        )
 
     async def admitted_then_held() -> None:
-        await until_phase(case.handle, "A", "dispatched", "resolved", "blocked")
+        await eventually(sent_or_ended, timeout=30)
         case.token = await case.handle.execute_update("hold", {}, result_type=str)
 
     await asyncio.gather(completion(case), admitted_then_held())
