@@ -31,9 +31,16 @@ DCLINT := .tools/node_modules/.bin/dclint
 TS_EXAMPLE := examples/typescript
 TS_INSTALLED := $(TS_EXAMPLE)/node_modules/.installed
 TS_DEMO := $(TS_EXAMPLE)/dist/demo.js
-tools: $(DCLINT) $(TS_DEMO)
+# checkov (the Kubernetes manifests' security scan) for tests/platform/test_kubernetes.py,
+# pinned, in a virtualenv of its own: it requires packaging<24, which the lock does not allow.
+CHECKOV_VERSION := 3.3.30
+CHECKOV := .tools/checkov/bin/checkov
+tools: $(DCLINT) $(TS_DEMO) $(CHECKOV)
 $(DCLINT):
 	npm install --silent --no-audit --no-fund --prefix .tools dclint@$(DCLINT_VERSION)
+$(CHECKOV):
+	$(PYTHON) -m venv .tools/checkov
+	.tools/checkov/bin/pip install -q checkov==$(CHECKOV_VERSION)
 $(TS_INSTALLED): $(TS_EXAMPLE)/package.json $(TS_EXAMPLE)/package-lock.json
 	npm ci --prefix $(TS_EXAMPLE) --no-audit --no-fund --silent
 	touch $@

@@ -1,7 +1,7 @@
 """Every setting the worker reads from its environment, declared once.
 
 `SETTINGS` is the table: name, default, meaning and the parser that checks a value.
-`python worker.py --help` prints it, the README's Configuration table is generated from it
+`python worker.py --help` prints it, the table in docs/configuration.md is generated from it
 (`python -m durability.settings` prints the Markdown), and `worker_settings(env)` checks
 every entry, then the rules that tie settings together, before anything connects. A bad
 value raises `ConfigurationError` naming the setting and the value (a secret's value is
@@ -217,6 +217,13 @@ METRICS_PORT = Setting(
     "Prometheus `/metrics` port on 0.0.0.0 (0 turns metrics off); a port already taken exits 2",
     integer(0, 65535),
 )
+HEALTH_PORT = Setting(
+    "DURABILITY_HEALTH_PORT",
+    "0",
+    "probe port on 0.0.0.0: `GET /livez` answers while the process runs, `GET /readyz` while "
+    "it polls and Temporal answers (503 from SIGTERM on); 0 turns it off",
+    integer(0, 65535),
+)
 DRAIN_SECONDS = Setting(
     "DURABILITY_DRAIN_SECONDS",
     "30",
@@ -359,7 +366,7 @@ TEMPORAL_SETTINGS: tuple[Setting[Any], ...] = (
         checked_blank=True,
     ),
 )
-# Read by prefix, so not checked one by one; listed for --help and the README.
+# Read by prefix, so not checked one by one; listed for --help and docs/configuration.md.
 GRPC_META = _temporal(
     "TEMPORAL_GRPC_META_<NAME>", "gRPC header `<name>` on every call", secret=True
 )
@@ -414,6 +421,7 @@ OTEL_SETTINGS: tuple[Setting[Any], ...] = (
 DURABILITY_SETTINGS: tuple[Setting[Any], ...] = (
     TASK_QUEUE,
     METRICS_PORT,
+    HEALTH_PORT,
     DRAIN_SECONDS,
     MAX_CACHED_WORKFLOWS,
     MAX_CONCURRENT_WORKFLOW_TASKS,
@@ -429,7 +437,7 @@ DURABILITY_SETTINGS: tuple[Setting[Any], ...] = (
     LOG_LEVEL,
     SKIP_SEARCH_ATTRIBUTE_CHECK,
 )
-# Every setting, in the order --help and the README list them.
+# Every setting, in the order --help and docs/configuration.md list them.
 SETTINGS: tuple[Setting[Any], ...] = (
     *DURABILITY_SETTINGS,
     *TEMPORAL_SETTINGS,
@@ -531,7 +539,7 @@ def help_text() -> str:
 
 
 def markdown_table() -> str:
-    """The README's settings table."""
+    """The settings table of docs/configuration.md."""
     rows = ["| setting | default | meaning |", "| --- | --- | --- |"]
     for group, title in GROUP_TITLES.items():
         rows.append(f"| **{title}** | | |")

@@ -139,7 +139,7 @@ async def test_a_stopping_ledger_refuses_hold_resume_settle_enqueue_and_a_second
         "resume": ("LedgerStopped", "ledger is stopped"),
         "settle": ("LedgerStopped", "ledger is stopped"),
         "stop": ("LedgerStopped", "ledger is stopped"),
-        # As README and docs/contract.md have it: an enqueue is refused as bad input.
+        # As docs/ledgers.md and docs/contract.md have it: an enqueue is refused as bad input.
         "enqueue": ("InvalidRequest", "ledger is stopped: enqueue refused"),
     }
     # Nothing the refused messages carried was recorded.

@@ -166,7 +166,7 @@ async def test_options_after_the_command_list_commands_and_iso_times_in_tables(
     ops = tmp_path / "ops.json"
     ops.write_text(json.dumps([{"id": "op-1", "operation_type": "t", "participants": ["c1"]}]))
     async with running_worker(client, task_queue):
-        # Global options after the command, as the README's examples write them.
+        # Global options after the command, as the docs' examples write them.
         await durability_cli(
             dev_server_address, "schedule", "set", object_id, "0 0 1 1 *", "--version", "4", *queue
         )

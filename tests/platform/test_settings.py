@@ -56,14 +56,14 @@ def test_every_default_in_the_table_parses() -> None:
     assert settings.worker_settings({}).task_queue == "durability"
 
 
-def test_the_readme_table_is_the_settings_table() -> None:
-    readme = (PROJECT_ROOT / "README.md").read_text()
-    begin = readme.index("<!-- settings table:")
-    begin = readme.index("\n", begin) + 1
-    end = readme.index("<!-- end of settings table -->")
-    assert readme[begin:end] == settings.markdown_table(), (
-        "README's settings table differs from durability/settings.py: paste the output of "
-        "`python -m durability.settings` between the markers"
+def test_the_documented_table_is_the_settings_table() -> None:
+    page = (PROJECT_ROOT / "docs" / "configuration.md").read_text()
+    begin = page.index("<!-- settings table:")
+    begin = page.index("\n", begin) + 1
+    end = page.index("<!-- end of settings table -->")
+    assert page[begin:end] == settings.markdown_table(), (
+        "docs/configuration.md's settings table differs from durability/settings.py: paste "
+        "the output of `python -m durability.settings` between the markers"
     )
 
 
