@@ -554,7 +554,7 @@ def show_enqueue(result: Any, args: argparse.Namespace) -> str:
 
 
 async def ledger_hold(client: DurabilityClient, args: argparse.Namespace) -> Any:
-    return {"token": await client.hold(args.ledger_id)}
+    return {"token": await client.hold(args.ledger_id, args.token)}
 
 
 async def ledger_release(client: DurabilityClient, args: argparse.Namespace) -> Any:
@@ -1003,6 +1003,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--query-deadline-ms",
         type=int,
         help="stop asking after this long (0..60000, default 60000); 0 asks none",
+    )
+    commands["hold"].add_argument(
+        "--token", help="your own token: holding it again changes nothing (default: a new one)"
     )
     cmd = commands["skip"]
     cmd.add_argument("operation_id", help="the operation to skip")

@@ -1409,10 +1409,12 @@ class DurabilityClient:
         it (a signal it refuses would be dropped unseen)."""
         await self._signal_with_start(_enqueue_message(ledger_id, operations, options), new=new)
 
-    async def hold(self, ledger_id: str) -> str:
-        """Stop new launches until the returned token is released."""
-        token: str = await self._update(ledger_workflow_id(ledger_id), "hold", {}, str)
-        return token
+    async def hold(self, ledger_id: str, token: str | None = None) -> str:
+        """Stop new launches until the returned token is released. With `token` (your own),
+        holding it again changes nothing: safe to send again when an answer was lost."""
+        payload = {} if token is None else {"token": token}
+        held: str = await self._update(ledger_workflow_id(ledger_id), "hold", payload, str)
+        return held
 
     async def release(self, ledger_id: str, token: str) -> bool:
         """Release a held token; returns True (a token not held is refused)."""

@@ -406,14 +406,16 @@ async def test_ledger_skip_frees_a_blocked_operations_dependent_and_rejects_unkn
     ledger_id = f"cli-skip-{unique}"
     cli = ("--task-queue", task_queue, "--json")
     operations = tmp_path / "ops.json"
-    # No participants: compile yields no canvas, so the operation blocks (missing_participants).
+    # An unsupported protocol version: frozen, never sent, blocked (interpreter unavailable).
     operations.write_text(
         json.dumps(
             [
-                {"id": "orphan", "operation_type": "shape.create", "participants": []},
+                {"id": "orphan", "operation_type": "shape.create", "participants": ["c8"],
+                 "protocol_version": 2},
                 {"id": "child", "operation_type": "shape.move", "participants": ["c1"],
                  "dependencies": ["orphan"]},
-                {"id": "orphan-2", "operation_type": "shape.create", "participants": []},
+                {"id": "orphan-2", "operation_type": "shape.create", "participants": ["c9"],
+                 "protocol_version": 2},
                 {"id": "child-2", "operation_type": "shape.move", "participants": ["c2"],
                  "dependencies": ["orphan-2"]},
             ]
