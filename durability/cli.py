@@ -442,6 +442,8 @@ def show_schedule(result: Any, args: argparse.Namespace) -> str:
     ]
     if result.get("pause_note") is not None:
         rows.append(("pause_note", result["pause_note"]))
+    if result.get("closing"):
+        rows.append(("closing", "yes: cancellation requested; nothing sent to it now lasts"))
     return table(("field", "value"), rows)
 
 
@@ -468,7 +470,12 @@ def show_describe(result: Any, args: argparse.Namespace) -> str:
         head = "no live schedule (never set, or cancelled)" + ("; paused" if paused else "")
         parts = [head + (f": {note}" if note is not None else "")]
     else:
-        parts = [show_schedule({**schedule, "paused": paused, "pause_note": note}, args)]
+        closing = result.get("closing")
+        parts = [
+            show_schedule(
+                {**schedule, "paused": paused, "pause_note": note, "closing": closing}, args
+            )
+        ]
     recent = result.get("recent_runs") or []
     if recent:
         rows = [

@@ -5,6 +5,7 @@ schedule closing as cancelled, and the outcome deliveries counted in the metrics
 from __future__ import annotations
 
 import asyncio
+import re
 import urllib.request
 from typing import Any
 
@@ -16,7 +17,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from durability.client import DurabilityClient
 from tests.support.fakes import ScheduleFake
-from tests.support.helpers import eventually, record_history, schedule_worker
+from tests.support.helpers import durability_cli, eventually, record_history, schedule_worker
 from tests.support.server import free_port
 from workflows.schedule.models import run_workflow_id
 from workflows.search_attributes import SCHEDULE_STATE_MEMO_KEY
@@ -96,7 +97,7 @@ async def test_concurrent_triggers_each_record_their_own_run(
 
 
 async def test_messages_to_a_schedule_closing_as_cancelled_are_refused_and_it_shows_closing(
-    client: Client, task_queue: str, unique: str
+    client: Client, dev_server_address: str, task_queue: str, unique: str
 ) -> None:
     """Between a cancellation request and the close, nothing sent to the schedule would last:
     every update is refused (`ScheduleClosing`), every signal dropped and counted, and `get`
@@ -117,6 +118,12 @@ async def test_messages_to_a_schedule_closing_as_cancelled_are_refused_and_it_sh
         await eventually(lambda: _query(handle, "describe"), timeout=20, interval=0.2)  # closing
         view = await handle.query("get")
         assert view is not None and view["closing"] is True
+        for command in ("get", "describe"):  # and a person reading the CLI is told so
+            shown = await durability_cli(dev_server_address, "schedule", command, object_id)
+            assert re.search(r"^closing\s+yes: cancellation requested", shown.stdout, re.M), (
+                command,
+                shown.stdout,
+            )
 
         async def listed_closing() -> bool:  # what `durability schedule list` shows
             memo = await (await handle.describe()).memo_value(SCHEDULE_STATE_MEMO_KEY, None)
