@@ -27,6 +27,11 @@ MAX_INT32 = 2**31 - 1
 # reads no JSON nested over 200 levels: a deeper value would be accepted, then unreadable.
 MAX_JSON_DEPTH = 64
 
+# The largest update, signal or query argument a workflow takes, as the payload it receives.
+# The product's client sends at most 256 KiB; a larger one from another caller is refused by
+# the update's validator (see `workflows.kernel.read_message` for why it must be).
+MAX_MESSAGE_BYTES = 512 * 1024
+
 
 def utf8_bytes(value: str) -> int:
     return len(value.encode("utf-8", "surrogatepass"))
