@@ -111,6 +111,9 @@ CLOSE_WITHOUT_UPDATE_PATCH = "close-in-a-task-without-updates"
 # Recorded (as a patch marker) when a new run refuses a start setting that earlier releases
 # converted or ignored (`workflows.validation`): runs recorded without it keep the setting.
 STRICT_START_PATCH = "strict-start-settings"
+# Recorded (as a patch marker) when a new run refuses its object or ledger ID by its
+# characters (empty, blank, spaces around it, control characters), which earlier releases took.
+STRICT_ID_PATCH = "strict-identifiers"
 # Recorded (as a patch marker) when a run first drops a signal for its payload's size, which
 # earlier releases applied.
 BOUNDED_SIGNALS_PATCH = "bounded-signal-payloads"
@@ -241,11 +244,20 @@ class ShellKernel:
 
     # --- start input
 
-    def check_start(self, error: str | None, coerced: str | None, former_type: str) -> None:
+    def check_start(
+        self,
+        error: str | None,
+        coerced: str | None,
+        former_type: str,
+        bad_id: str | None = None,
+    ) -> None:
         """First in `run`: fail the run once (`InvalidStartInput`, naming the problem; its
         details name `former_type`, the 0.1.0 name) when its start input is refused. A
-        setting only a lax reading accepts (`coerced`) is refused for runs started from now
-        on; a run recorded before (no patch marker) keeps it."""
+        setting only a lax reading accepts (`coerced`), and an ID refused by its characters
+        (`bad_id`), are refused for runs started from now on; a run recorded before (no
+        patch marker) keeps them."""
+        if error is None and bad_id is not None and workflow.patched(STRICT_ID_PATCH):
+            error = bad_id
         if error is None and coerced is not None and workflow.patched(STRICT_START_PATCH):
             error = coerced
         if error is not None:

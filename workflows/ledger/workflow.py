@@ -77,6 +77,7 @@ class OperationLedgerWorkflow:
         # would fail every workflow task; this way the ledger fails once, naming the field.
         start = core.read_start(lambda: decode_start_input(input), workflow.info().workflow_id)
         self._start_error, self._start_coerced = start.error, start.coerced
+        self._start_bad_id = start.bad_id
         self._config, self._ledger_id, self._state = start.config, start.ledger_id, start.state
         self._recovery_error: str | None = None
         try:
@@ -106,7 +107,9 @@ class OperationLedgerWorkflow:
     @workflow.run
     async def run(self, input: RawValue = NO_INPUT) -> dict[str, Any]:
         """Pump until stopped; continue-as-new when history grows (L14)."""
-        self._kernel.check_start(self._start_error, self._start_coerced, "InvalidLedgerInput")
+        self._kernel.check_start(
+            self._start_error, self._start_coerced, "InvalidLedgerInput", self._start_bad_id
+        )
         if self._recovery_error is not None:
             raise ApplicationError(
                 self._recovery_error, type="LedgerRecoveryConflict", non_retryable=True

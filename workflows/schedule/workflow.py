@@ -120,7 +120,8 @@ class DurabilityScheduleWorkflow:
         """Tick, start runs, sleep until the next tick or a message; continue-as-new. A
         cancellation request (the UI's Request Cancellation) closes the schedule as cancelled
         once every run it started has reported."""
-        self._kernel.check_start(self._start.error, self._start.coerced, "InvalidScheduleInput")
+        start = self._start
+        self._kernel.check_start(start.error, start.coerced, "InvalidScheduleInput", start.bad_id)
         self._redeliveries.resume_stranded()
         self._deliveries.resume()
         try:
