@@ -6,6 +6,7 @@ server's own 2 MB limit is beyond any workflow's reach: docs/upstream-update-rej
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from datetime import timedelta
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import Payload
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import (
     Client,
     WorkflowHandle,
@@ -34,6 +35,9 @@ SCHEDULE_UPDATES = [
 SCHEDULE_SIGNALS = ["set", "cancel", "configure", "pause", "unpause"]
 LEDGER_UPDATES = ["enqueue", "hold", "release", "settle", "resume", "skip", "configure", "stop"]
 LEDGER_SIGNALS = ["enqueue", "release", "resume", "skip", "configure"]
+# Over the server's 2 MB payload limit (which the frontend does not apply to updates), under
+# its 4 MB message limit.
+OVER_SERVER_LIMIT = 3 * 1024 * 1024
 # Over the workflows' bound, under the server's 2 MB limit.
 BIG = 2 * MAX_MESSAGE_BYTES
 # Deeper than the SDK's converter reads (it reads JSON nested up to 200 levels).
@@ -150,3 +154,85 @@ async def test_a_ledger_refuses_oversized_and_nested_messages_and_goes_on(
         token = await handle.execute_update("hold", {}, rpc_timeout=QUERY_TIMEOUT)
         assert await handle.execute_update("release", {"token": token})
         await no_failed_tasks(handle)
+
+
+async def refused_over_the_server_limit(
+    address: str, handle: WorkflowHandle[Any, Any], updates: Sequence[str], tmp_path: Path
+) -> None:
+    """Every update with a 3 MB payload, at once: each refused; while the callers wait, the
+    workflow's tasks fail (upstream, docs/upstream-update-rejection.md), then it goes on."""
+    payload = tmp_path / "3mb.json"
+    payload.write_text(json.dumps({"filler": "x" * OVER_SERVER_LIMIT}))
+    args = ("workflow", "update", "execute", "--workflow-id", handle.id, "--input-file")
+    sent = await asyncio.gather(
+        *(temporal(address, *args, str(payload), "--name", name, check=False) for name in updates)
+    )
+    assert all(done.returncode != 0 for done in sent), [done.stdout for done in sent]
+
+    async def answers() -> bool:
+        try:
+            await handle.query("settings", rpc_timeout=timedelta(seconds=5))
+        except Exception:
+            return False
+        return True
+
+    await eventually(answers, timeout=60)
+
+
+async def only_the_upstream_failures(handle: WorkflowHandle[Any, Any]) -> None:
+    """The workflow's failed tasks are the SDK refusing a completion that echoes a 3 MB
+    update (never a termination by the server), and a task completed after them."""
+    events = [event async for event in handle.fetch_history_events()]
+    failed = [
+        index
+        for index, event in enumerate(events)
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+    ]
+    for index in failed:
+        cause = events[index].workflow_task_failed_event_attributes.cause
+        assert cause == WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_PAYLOADS_TOO_LARGE
+    if failed:
+        assert any(
+            event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+            for event in events[failed[-1] :]
+        )
+
+
+@pytest.mark.slow
+async def test_a_schedule_goes_on_after_3mb_updates_from_the_temporal_cli(
+    client: Client, dev_server_address: str, task_queue: str, unique: str, tmp_path: Path
+) -> None:
+    async with running_worker(client, task_queue):
+        handle = await client.start_workflow(
+            "DurabilitySchedule",
+            {"object_id": f"huge-{unique}"},
+            id=f"schedule:huge-{unique}",
+            task_queue=task_queue,
+        )
+        await handle.execute_update("set", {"expression": "@every 1s", "version": 1})
+        await refused_over_the_server_limit(dev_server_address, handle, SCHEDULE_UPDATES, tmp_path)
+        before = (await handle.query("get", rpc_timeout=QUERY_TIMEOUT))["next_at"]
+
+        async def ticked() -> bool:
+            after = (await handle.query("get", rpc_timeout=QUERY_TIMEOUT))["next_at"]
+            return bool(after > before)
+
+        await eventually(ticked)
+        await only_the_upstream_failures(handle)
+        assert (await handle.describe()).status is not None
+        assert (await handle.describe()).status.name == "RUNNING"  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+async def test_a_ledger_goes_on_after_3mb_updates_from_the_temporal_cli(
+    client: Client, dev_server_address: str, task_queue: str, unique: str, tmp_path: Path
+) -> None:
+    async with running_worker(client, task_queue):
+        handle = await client.start_workflow(
+            "OperationLedger", {}, id=f"ledger:huge-{unique}", task_queue=task_queue
+        )
+        await refused_over_the_server_limit(dev_server_address, handle, LEDGER_UPDATES, tmp_path)
+        token = await handle.execute_update("hold", {}, rpc_timeout=QUERY_TIMEOUT)
+        assert await handle.execute_update("release", {"token": token})
+        await only_the_upstream_failures(handle)
+        assert (await handle.describe()).status.name == "RUNNING"  # type: ignore[union-attr]
