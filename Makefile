@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint typecheck pytest pytest-cacheless bench browser tools lock clean
+.PHONY: setup run test lint typecheck pytest pytest-cacheless bench browser tools api-docs lock clean
 
 # Installs are pinned by constraints.txt (the lock; `make lock` rewrites it from .venv).
 $(STAMP): pyproject.toml constraints.txt
@@ -31,9 +31,16 @@ DCLINT := .tools/node_modules/.bin/dclint
 TS_EXAMPLE := examples/typescript
 TS_INSTALLED := $(TS_EXAMPLE)/node_modules/.installed
 TS_DEMO := $(TS_EXAMPLE)/dist/demo.js
-tools: $(DCLINT) $(TS_DEMO)
+# checkov (the Kubernetes manifests' security scan) for tests/platform/test_kubernetes.py,
+# pinned, in a virtualenv of its own: it requires packaging<24, which the lock does not allow.
+CHECKOV_VERSION := 3.3.30
+CHECKOV := .tools/checkov/bin/checkov
+tools: $(DCLINT) $(TS_DEMO) $(CHECKOV)
 $(DCLINT):
 	npm install --silent --no-audit --no-fund --prefix .tools dclint@$(DCLINT_VERSION)
+$(CHECKOV):
+	$(PYTHON) -m venv .tools/checkov
+	.tools/checkov/bin/pip install -q checkov==$(CHECKOV_VERSION)
 $(TS_INSTALLED): $(TS_EXAMPLE)/package.json $(TS_EXAMPLE)/package-lock.json
 	npm ci --prefix $(TS_EXAMPLE) --no-audit --no-fund --silent
 	touch $@
@@ -69,6 +76,10 @@ test: lint typecheck pytest pytest-cacheless
 bench: $(STAMP)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,bench]'
 	$(PY) -m bench
+
+# The Python API reference, generated from the docstrings (pdoc), into build/api.
+api-docs: $(STAMP)
+	$(PY) -m durability.apidocs build/api
 
 lock: $(STAMP)
 	{ head -2 constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^durability'; } > constraints.tmp

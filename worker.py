@@ -31,8 +31,9 @@ from temporalio.worker import (
 )
 
 from activities.schedule import WebhookAllowlist
-from durability import settings
+from durability import health, settings
 from durability.connect import ConfigurationError, connect
+from durability.health import WorkerHealth
 from durability.plugin import DurabilityPlugin
 from durability.registry import workflow_runner
 from durability.tracing import configure_tracing
@@ -230,9 +231,20 @@ async def run_worker(env: Mapping[str, str] | None = None) -> None:
         if config.webhook_allowlist.prefixes
         else "nothing (DURABILITY_WEBHOOK_ALLOWED_URLS is unset or empty)",
     )
+    probes = WorkerHealth(client, worker)
+    health_port = settings.HEALTH_PORT.read(env)
     async with worker:
+        # Served through the drain too: live, and not ready, until the process leaves.
+        health_server = (
+            await health.serve(probes.not_ready_because, health_port, settings.HEALTH_PORT.name)
+            if health_port
+            else None
+        )
         await stop.wait()
+        probes.draining = True
         log.info("shutting down: draining for up to %ss", config.drain_seconds)
+    if health_server is not None:
+        await health_server.close()
     log.info("worker stopped")
 
 

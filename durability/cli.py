@@ -125,7 +125,11 @@ async def schedule_set(client: DurabilityClient, args: argparse.Namespace) -> An
     if args.signal:
         await client.signal_set_schedule(*schedule, **settings, new=args.new)
         return {"signalled": True}
-    return {"applied": await client.set_schedule(*schedule, **settings, new=args.new)}
+    applied = await client.set_schedule(*schedule, **settings, new=args.new)
+    if not applied and not args.json:  # a person is told which version is stored
+        args.stored_version = await client.stored_version(args.object_id)
+        args.stored_is_live = await client.get_schedule(args.object_id) is not None
+    return {"applied": applied}
 
 
 def show_set(result: Any, args: argparse.Namespace) -> str:
@@ -136,10 +140,14 @@ def show_set(result: Any, args: argparse.Namespace) -> str:
         )
     if result["applied"]:
         return f"applied: version {args.version} is stored"
-    return (
-        f"not applied: version {args.version} is not above the version already stored "
-        "(a cancelled one included)"
-    )
+    stored = getattr(args, "stored_version", None)
+    if stored is None:
+        return (
+            f"not applied: version {args.version} is not above the version already stored "
+            "(a cancelled one included)"
+        )
+    state = "live" if getattr(args, "stored_is_live", False) else "cancelled"
+    return f"not applied: version {args.version} is not above the stored version {stored} ({state})"
 
 
 async def schedule_cancel(client: DurabilityClient, args: argparse.Namespace) -> Any:
@@ -148,7 +156,13 @@ async def schedule_cancel(client: DurabilityClient, args: argparse.Namespace) ->
     if args.signal:
         await client.signal_cancel_schedule(args.object_id, args.version)
         return {"signalled": True}
-    return {"live": await client.cancel_schedule(args.object_id, args.version)}
+    live = await client.cancel_schedule(args.object_id, args.version)
+    if not live and args.version is not None and not args.json:
+        # A cancel of a version below the stored one changes nothing: say which is stored.
+        args.stored_version = await client.stored_version(args.object_id)
+        if args.stored_version is not None and args.stored_version > args.version:
+            args.stored_is_live = await client.get_schedule(args.object_id) is not None
+    return {"live": live}
 
 
 async def schedule_close(client: DurabilityClient, args: argparse.Namespace) -> Any:
@@ -171,9 +185,16 @@ def show_cancel(result: Any, args: argparse.Namespace) -> str:
     if result["live"]:
         return "cancelled; it was live"
     if args.version is not None:
+        stored = getattr(args, "stored_version", None)
+        if stored is not None and stored > args.version:
+            state = "live" if getattr(args, "stored_is_live", False) else "cancelled"
+            return (
+                f"nothing changed: version {stored} is stored ({state}), higher than "
+                f"{args.version}; a cancel of a lower version is ignored"
+            )
         return (
-            f"nothing was live: version {args.version} is a tombstone now, unless a higher "
-            "version is stored (then the cancel is ignored)"
+            f"nothing was live: version {args.version} is stored as cancelled (a tombstone: "
+            f"a set of version {args.version} or lower is not applied)"
         )
     return "cancelled; nothing was live (already cancelled, or never set)"
 
@@ -327,7 +348,10 @@ def show_trigger(result: Any, args: argparse.Namespace) -> str:
 
 def show_backfill(result: Any, args: argparse.Namespace) -> str:
     if not result["recorded"]:
-        return "no run recorded (every time in the range is already recorded)"
+        return (
+            "no run recorded: the expression has no occurrence in the range (within the "
+            "schedule's start_at/end_at) that is not already recorded"
+        )
     return table(("recorded scheduled_time",), [(iso(t),) for t in result["recorded"]])
 
 
@@ -418,6 +442,8 @@ def show_schedule(result: Any, args: argparse.Namespace) -> str:
     ]
     if result.get("pause_note") is not None:
         rows.append(("pause_note", result["pause_note"]))
+    if result.get("closing"):
+        rows.append(("closing", "yes: cancellation requested; nothing sent to it now lasts"))
     return table(("field", "value"), rows)
 
 
@@ -444,7 +470,12 @@ def show_describe(result: Any, args: argparse.Namespace) -> str:
         head = "no live schedule (never set, or cancelled)" + ("; paused" if paused else "")
         parts = [head + (f": {note}" if note is not None else "")]
     else:
-        parts = [show_schedule({**schedule, "paused": paused, "pause_note": note}, args)]
+        closing = result.get("closing")
+        parts = [
+            show_schedule(
+                {**schedule, "paused": paused, "pause_note": note, "closing": closing}, args
+            )
+        ]
     recent = result.get("recent_runs") or []
     if recent:
         rows = [
@@ -466,6 +497,12 @@ def show_describe(result: Any, args: argparse.Namespace) -> str:
     else:
         parts.append("no upcoming fire time")
     parts.append(_counters_table(result.get("counters") or {}, "counters since 0.1.1"))
+    dropped = result.get("dropped_signals")
+    if dropped is not None:
+        parts.append(
+            f"dropped signals: {dropped} (signals the schedule refused and logged: a bad "
+            "payload, or a message it could not apply)"
+        )
     return "\n\n".join(parts)
 
 
@@ -524,7 +561,7 @@ def show_enqueue(result: Any, args: argparse.Namespace) -> str:
 
 
 async def ledger_hold(client: DurabilityClient, args: argparse.Namespace) -> Any:
-    return {"token": await client.hold(args.ledger_id)}
+    return {"token": await client.hold(args.ledger_id, args.token)}
 
 
 async def ledger_release(client: DurabilityClient, args: argparse.Namespace) -> Any:
@@ -654,10 +691,39 @@ def show_snapshot(result: Any, args: argparse.Namespace) -> str:
         parts.append(
             table(("request", "phase", "attempt", "retry_at", "next", "canvases"), request_rows)
         )
+    parts.append(table(("ledger", "value"), _ledger_rows(result)))
     counters = result.get("counters")
     if counters:
         parts.append(_counters_table(counters, "counters since 0.1.1"))
     return "\n\n".join(parts)
+
+
+def _ledger_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Whether the ledger is held or stopped, its operations and requests per phase (blocked
+    included), and the signals it dropped, as a snapshot reports them."""
+    counts = result.get("counts") or {}
+    holds = result.get("holds")
+    held = result.get("held")
+    held_text: str | None = None if held is None else "no"
+    if held:
+        held_text = f"yes: {holds} hold(s), nothing is launched until each token is released"
+    rows: list[tuple[str, Any]] = [
+        ("stopped", result.get("stopped")),
+        ("held", held_text),
+        ("operations", _phases(counts.get("operations"))),
+        ("requests", _phases(counts.get("requests"))),
+        ("dropped_signals", result.get("dropped_signals")),
+    ]
+    if result.get("signal_conflicts"):
+        rows.append(("signal_conflicts", result["signal_conflicts"]))
+    return rows
+
+
+def _phases(counts: Any) -> str | None:
+    """`2 blocked, 1 pending` from a count per phase; None (`-`) when not reported."""
+    if not isinstance(counts, dict):
+        return None
+    return ", ".join(f"{n} {phase}" for phase, n in sorted(counts.items())) or "none"
 
 
 async def schedule_configure(client: DurabilityClient, args: argparse.Namespace) -> Any:
@@ -785,8 +851,13 @@ def _add_commands(
     `key_optional` may leave out); returns them by name."""
     parsers: dict[str, argparse.ArgumentParser] = {}
     for name, run, show, text in commands:
-        parsers[name] = cmd = group.add_parser(name, help=text)
-        cmd.add_argument(key, nargs="?" if name in key_optional else None)
+        parsers[name] = cmd = group.add_parser(name, help=text, description=text)
+        what = "the schedule's object ID" if key == "object_id" else "the ledger's ID"
+        cmd.add_argument(
+            key,
+            nargs="?" if name in key_optional else None,
+            help=what + (" (or --query)" if name in key_optional else ""),
+        )
         cmd.set_defaults(run=run, show=show)
     return parsers
 
@@ -848,6 +919,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="durability", description=__doc__.split("\n")[0], parents=[_global_options(False)]
     )
+    parser.add_argument(
+        "--version", action="version", version=f"durability {package_version()}",
+        help="print durability's version and exit",
+    )  # fmt: skip
     common = _global_options(True)
     top = parser.add_subparsers(dest="group", required=True)
 
@@ -869,9 +944,14 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument(
         "expression", help='cron, "@hourly", "@every 5m", "CRON_TZ=Europe/Paris 0 9 * * *"'
     )
-    cmd.add_argument("--version", type=int, required=True)
+    cmd.add_argument(
+        "--version",
+        type=int,
+        required=True,
+        help="the schedule's version: applied only when above the version stored",
+    )
     jitter = cmd.add_mutually_exclusive_group()
-    jitter.add_argument("--jitter-ms", type=int)
+    jitter.add_argument("--jitter-ms", type=int, help="delay every tick by this many ms")
     jitter.add_argument("--jitter-max-ms", type=int, help="pick the jitter once in [0, max]")
     cmd.add_argument("--params", help="JSON object handed to every run")
     cmd.add_argument(
@@ -881,8 +961,13 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--signal", action="store_true", help="signal-with-start instead")
     cmd.add_argument("--new", action="store_true", help=NEW_HELP.format(what="schedule"))
     cmd = commands["cancel"]
-    cmd.add_argument("--version", type=int)
-    cmd.add_argument("--signal", action="store_true")
+    cmd.add_argument(
+        "--version",
+        type=int,
+        help="cancel as this version: stored as cancelled unless a higher one is stored "
+        "(default: whatever version is live)",
+    )
+    cmd.add_argument("--signal", action="store_true", help="send a signal instead of an update")
     cmd = commands["pause"]
     cmd.add_argument("--note", help="why it is paused (shown by get; unpause clears it)")
     cmd = commands["close"]
@@ -904,14 +989,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_list(ledger, ledger_list, "ledgers")
     commands = _add_commands(ledger, "ledger_id", LEDGER_COMMANDS)
     cmd = commands["enqueue"]
-    cmd.add_argument("--file", required=True)
+    cmd.add_argument(
+        "--file",
+        required=True,
+        help='JSON file of operations (a list, or {"operations": [...]}); - reads stdin',
+    )
     cmd.add_argument(
         "--options",
         help="JSON start input (concurrency, lanes, ...), read only when this starts the ledger",
     )
     cmd.add_argument("--signal", action="store_true", help="signal-with-start instead")
     cmd.add_argument("--new", action="store_true", help=NEW_HELP.format(what="ledger"))
-    commands["release"].add_argument("token")
+    commands["release"].add_argument("token", help="the token `hold` printed")
     _add_configure(commands["configure"], "ledger", '{"concurrency": 4}')
     cmd = commands["stop"]
     cmd.add_argument(
@@ -922,11 +1011,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="stop asking after this long (0..60000, default 60000); 0 asks none",
     )
+    commands["hold"].add_argument(
+        "--token", help="your own token: holding it again changes nothing (default: a new one)"
+    )
     cmd = commands["skip"]
-    cmd.add_argument("operation_id")
+    cmd.add_argument("operation_id", help="the operation to skip")
     cmd.add_argument("--reason", help='recorded as the operation\'s error (default "skipped")')
     cmd = commands["snapshot"]
-    cmd.add_argument("--phase", choices=("pending", "dispatched", "resolved", "blocked"))
+    cmd.add_argument(
+        "--phase",
+        choices=("pending", "dispatched", "resolved", "blocked"),
+        help="only the operations in this phase",
+    )
     cmd.add_argument("--after", type=int, help="sequence: the previous page's next_after")
     cmd.add_argument("--limit", type=int, help="operations per page (1..300, default 200)")
 
@@ -938,8 +1034,12 @@ def build_parser() -> argparse.ArgumentParser:
         "send `Authorization: Bearer <token>` with the token from DURABILITY_CODEC_TOKEN "
         "or --token-file.",
     )
-    codec.add_argument("--host", default="127.0.0.1")
-    codec.add_argument("--port", type=int, default=8081)
+    codec.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default %(default)s)"
+    )
+    codec.add_argument(
+        "--port", type=int, default=8081, help="port to listen on (default %(default)s)"
+    )
     codec.add_argument(
         "--token-file", help="file holding the bearer token (instead of DURABILITY_CODEC_TOKEN)"
     )
@@ -1048,18 +1148,68 @@ def parse_inputs(args: argparse.Namespace) -> None:
         args.operations = read_operations(args.file)
 
 
+class Interrupted(Exception):
+    """Ctrl-C (SIGINT) stopped the command; the message says what was already sent."""
+
+
+def interrupted_sentence(client: DurabilityClient | None) -> str:
+    """What an interrupted command had already sent, as one line."""
+    sent = [] if client is None else client.sent
+    if not sent:
+        return "interrupted: nothing was sent, nothing changed"
+    last = sent[-1]
+    if not last.answered:
+        return (
+            f"interrupted: {last.what} was sent and not answered yet: it may or may not take "
+            "effect; read the state before sending it again"
+        )
+    return f"interrupted: {last.what} was sent" + (f"; {last.means}" if last.means else "")
+
+
 async def execute(args: argparse.Namespace) -> Any:
+    """Connect and run the command. SIGINT cancels it and raises Interrupted, saying what
+    was already sent (the SDK turns a cancelled call into errors of its own)."""
+    import signal
+
     from durability.client import DurabilityClient
     from durability.tracing import configure_tracing
 
+    loop = asyncio.get_running_loop()
+    command = asyncio.current_task()
+    stopped = False
+    client: DurabilityClient | None = None
+
+    def interrupt() -> None:
+        nonlocal stopped
+        stopped = True
+        if command is not None:
+            command.cancel()
+
+    with contextlib.suppress(NotImplementedError):  # no signal handlers on this platform
+        loop.add_signal_handler(signal.SIGINT, interrupt)
     tracing = configure_tracing("durability-cli")
     try:
         # Without an exporter a span goes nowhere: no interceptor, and no import of it.
         client = await DurabilityClient.connect(args.task_queue, tracing=tracing is not None)
         return await args.run(client, args)
+    except BaseException as error:
+        if stopped:
+            raise Interrupted(interrupted_sentence(client)) from error
+        raise
     finally:
+        loop.remove_signal_handler(signal.SIGINT)
         if tracing is not None:
             tracing.shutdown()  # send this command's spans before the process leaves
+
+
+def package_version() -> str:
+    """The installed durability's version (`durability --version`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("durability")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def fail(message: str, code: int) -> int:
@@ -1069,7 +1219,18 @@ def fail(message: str, code: int) -> int:
     return code
 
 
+# The exit code of a command stopped by Ctrl-C (SIGINT), as shells report it: 128 + 2.
+INTERRUPTED = 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C while parsing or importing: nothing was sent
+        return fail("interrupted: nothing was sent, nothing changed", INTERRUPTED)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.group == "codec-server":
@@ -1096,9 +1257,16 @@ def run_command(args: argparse.Namespace) -> int:
         RejectedError,
         UnansweredError,
     )
+    from durability.errors import NoWorkerError
 
     try:
         result = asyncio.run(execute(args))
+    except Interrupted as error:
+        return fail(str(error), INTERRUPTED)
+    except KeyboardInterrupt:  # before the command's loop ran: nothing was sent
+        return fail("interrupted: nothing was sent, nothing changed", INTERRUPTED)
+    except NoWorkerError as error:
+        return fail(str(error), 1)
     except UnansweredError as error:  # a TimeoutError, so an OSError: before that clause
         return fail(str(error), 1)
     except InvalidQueryError as error:  # a ValueError: before that clause

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -21,14 +22,16 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from temporalio.api.batch.v1 import BatchOperationSignal
 from temporalio.api.common.v1 import Payloads
-from temporalio.api.enums.v1 import BatchOperationState
+from temporalio.api.enums.v1 import BatchOperationState, TaskQueueKind, TaskQueueType
 from temporalio.api.errordetails.v1 import (
     MultiOperationExecutionFailure,
     WorkflowNotReadyFailure,
 )
+from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import (
     CountWorkflowExecutionsRequest,
     DescribeBatchOperationRequest,
+    DescribeTaskQueueRequest,
     StartBatchOperationRequest,
 )
 from temporalio.client import (
@@ -38,6 +41,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
 )
@@ -50,6 +54,7 @@ from temporalio.exceptions import ApplicationError, FailureError, WorkflowAlread
 from temporalio.service import RPCError, RPCStatusCode
 
 from durability.connect import connect_client, task_queue
+from durability.errors import DurabilityError, NoWorkerError
 from workflows import ledger as _ledger
 from workflows import search_attributes
 from workflows.ledger import LEDGER_WORKFLOW as LEDGER_WORKFLOW
@@ -96,6 +101,9 @@ SCHEDULE_WORKFLOW = SCHEDULE_WORKFLOW_TYPE
 
 # How long an update call waits for its answer, all attempts included (`UnansweredError`).
 UPDATE_TIMEOUT = timedelta(minutes=2)
+# How long a call that waits for a worker looks for one polling before it refuses
+# (`NoWorkerError`): a worker just started may not have polled yet.
+WORKER_GRACE = timedelta(seconds=5)
 
 
 class ScheduleView(TypedDict):
@@ -157,7 +165,7 @@ MAX_MESSAGE_BYTES = 256 * 1024
 MAX_START_INPUT_BYTES = 64 * 1024
 
 
-class RejectedError(Exception):
+class RejectedError(DurabilityError):
     """A message or start input was refused, by the workflow's validator or, before anything
     was sent, by this client with the workflow's own rules; nothing was recorded or created.
 
@@ -184,7 +192,7 @@ class RejectedError(Exception):
         self.former_type = former_type
 
 
-class NotFoundError(Exception):
+class NotFoundError(DurabilityError):
     """No schedule or ledger workflow has that ID; nothing was created."""
 
     def __init__(self, workflow_id: str) -> None:
@@ -202,7 +210,7 @@ CLOSED_STATUS = {
 }
 
 
-class ClosedError(Exception):
+class ClosedError(DurabilityError):
     """The schedule or ledger workflow of that ID is closed (completed, failed, cancelled,
     terminated or timed out): it answers no message, and its last state is not live.
 
@@ -275,7 +283,7 @@ def closed_error(
     return ClosedError(workflow_id, status, reason, start_refused=start_refused)
 
 
-class UnansweredError(TimeoutError):
+class UnansweredError(DurabilityError, TimeoutError):
     """No answer to an update within the client's `update_timeout`.
 
     The update may or may not have taken effect: read the state before sending it again.
@@ -628,7 +636,7 @@ _BATCH_STATES = {
 }
 
 
-class InvalidQueryError(ValueError):
+class InvalidQueryError(DurabilityError, ValueError):
     """A bulk call's visibility query was refused, by this client or by Temporal; nothing was
     sent. `query` is the caller's query, `reason` why."""
 
@@ -638,7 +646,7 @@ class InvalidQueryError(ValueError):
         self.reason = reason
 
 
-class BatchBusyError(Exception):
+class BatchBusyError(DurabilityError):
     """Temporal refused to start the batch job: the namespace already runs as many as it
     allows (`frontend.MaxConcurrentBatchOperationPerNamespace`, 1 by default). Nothing was
     sent; start it again once the running job has closed (`temporal batch list`)."""
@@ -777,6 +785,42 @@ def _refused_query(query: str, error: RPCError) -> Exception:
     return error
 
 
+# How long `DurabilityClient.close` lets the SDK's threads finish releasing the connection.
+CLOSE_GRACE_S = 0.1
+
+
+class Connecting:
+    """What `DurabilityClient.connect` returns: await it for a client, or `async with` it for
+    one that is closed on exit."""
+
+    def __init__(self, connect: Callable[[], Awaitable[DurabilityClient]]) -> None:
+        self._connect = connect
+        self._client: DurabilityClient | None = None
+
+    def __await__(self) -> Generator[Any, None, DurabilityClient]:
+        return self._connect().__await__()
+
+    async def __aenter__(self) -> DurabilityClient:
+        self._client = await self._connect()
+        return self._client
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+
+@dataclass
+class Sent:
+    """A change this client sent (`DurabilityClient.sent`): `what` ("the set update to
+    schedule acct-42"), whether Temporal `answered` it, and what that `means` once answered
+    ("schedule acct-42 is closing"), for a caller interrupted meanwhile to say."""
+
+    what: str
+    answered: bool = False
+    means: str | None = None
+
+
 class DurabilityClient:
     """Schedules and ledgers by business ID: `acct-42`, not `schedule:acct-42`.
 
@@ -792,26 +836,112 @@ class DurabilityClient:
         *,
         update_timeout: timedelta | None = UPDATE_TIMEOUT,
         next_occurrence: NextOccurrence | None = None,
+        worker_grace: timedelta | None = WORKER_GRACE,
     ) -> None:
         """`update_timeout` bounds each update call (`UnansweredError`); None waits forever.
         `next_occurrence` checks a `set` expression before it is sent (default: the built-in
         cron reading): a deployment whose schedule reads its own expressions passes its own
-        (the workflow's validator still decides on a running schedule)."""
+        (the workflow's validator still decides on a running schedule).
+
+        Before its first update, update-with-start or query on a task queue, the client asks
+        Temporal whether a worker polls that queue, and raises NoWorkerError (sending
+        nothing) when none has within `worker_grace`; None skips the check. A queue found
+        polled is not asked about again by this client."""
         self.temporal = client
         self.task_queue = task_queue_name or task_queue()
         self.update_timeout = update_timeout
         self.next_occurrence = next_occurrence
+        self.worker_grace = worker_grace
+        # The changes this client sent, oldest first (a caller interrupted mid-call says
+        # what was already sent).
+        self.sent: list[Sent] = []
+        self._polled_queues: set[str] = set()
+        self._workflow_queues: dict[str, str] = {}
 
     @classmethod
-    async def connect(
-        cls, task_queue_name: str | None = None, *, tracing: bool = True
-    ) -> DurabilityClient:
+    def connect(cls, task_queue_name: str | None = None, *, tracing: bool = True) -> Connecting:
         """Connect with Temporal's environment configuration and the product's converter
         (`durability.connect.connect_client`); `tracing=False` leaves OpenTelemetry's
-        interceptor out."""
-        return cls(await connect_client(tracing=tracing), task_queue_name)
+        interceptor out. Await it for a client, or use it as an async context manager,
+        which closes the client on exit (`close`):
+
+            async with DurabilityClient.connect() as client:
+                await client.set_schedule("acct-42", "@hourly", version=1)
+        """
+
+        async def connecting() -> DurabilityClient:
+            return cls(await connect_client(tracing=tracing), task_queue_name)
+
+        return Connecting(connecting)
+
+    async def close(self) -> None:
+        """Let go of the Temporal connection before the interpreter exits.
+
+        The SDK has no way to close a client (temporalio/sdk-python#300): its Rust threads
+        can still be releasing the connection while a short script's interpreter finalizes,
+        which aborts the process (`Fatal Python error: PyGILState_Release`) after its work
+        is done. This drops the client's reference to the connection, collects it and gives
+        those threads a moment, while the interpreter still runs: it makes that abort rare,
+        not impossible (docs/python-api.md has the figures). The client is unusable
+        afterwards; a `Client` the caller passed in and still holds stays open.
+        """
+        self.__dict__.pop("temporal", None)
+        gc.collect()
+        await asyncio.sleep(CLOSE_GRACE_S)
 
     # -- what every call shares --------------------------------------------------------
+
+    async def _require_worker(self, task_queue_name: str, what: str) -> None:
+        """NoWorkerError unless some worker polls `task_queue_name` for workflow tasks (asked
+        until `worker_grace` has passed; a queue found polled is not asked about again)."""
+        if self.worker_grace is None or task_queue_name in self._polled_queues:
+            return
+        request = DescribeTaskQueueRequest(
+            namespace=self.temporal.namespace,
+            task_queue=TaskQueue(name=task_queue_name, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.worker_grace.total_seconds()
+        while True:
+            described = await self.temporal.workflow_service.describe_task_queue(request)
+            if described.pollers:
+                self._polled_queues.add(task_queue_name)
+                return
+            if loop.time() >= deadline:
+                raise NoWorkerError(task_queue_name, what)
+            await asyncio.sleep(0.1)
+
+    async def _require_worker_of(
+        self, workflow_id: str, what: str, *, otherwise: str | None = None
+    ) -> None:
+        """`_require_worker` for the task queue of the running workflow `workflow_id`. With no
+        running workflow, for the queue `otherwise` (a with-start's), or for none: the call
+        then says it is missing or closed (NotFoundError, ClosedError)."""
+        if self.worker_grace is None:
+            return
+        queue = self._workflow_queues.get(workflow_id)
+        if queue is None:
+            try:
+                description = await self.temporal.get_workflow_handle(workflow_id).describe()
+            except RPCError as error:
+                if error.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                description = None
+            if description is not None and description.status == WorkflowExecutionStatus.RUNNING:
+                queue = self._workflow_queues[workflow_id] = description.task_queue
+            else:
+                queue = otherwise
+        if queue is not None:
+            await self._require_worker(queue, what)
+
+    async def _sending(self, what: str, call: Awaitable[Any], means: str | None = None) -> Any:
+        """`await call`, recorded in `sent` as `what` (and answered once it returns)."""
+        record = Sent(what, means=means)
+        self.sent.append(record)
+        result = await call
+        record.answered = True
+        return result
 
     async def _check_size(self, workflow_id: str, message: str, value: Any, limit: int) -> None:
         """Refuse `value` when, encoded as it is sent, it weighs more than `limit` bytes."""
@@ -882,6 +1012,14 @@ class DurabilityClient:
         """Update-with-start: starts the workflow when none runs. A closed ID is refused
         (ClosedError) unless `new`; a workflow that closes in answering raises ClosedError."""
         await self._check_with_start(sent)
+        # Refused before sending: an update-with-start nobody answers would still create the
+        # workflow, and leave it waiting for a worker.
+        await self._require_worker_of(
+            sent.workflow_id,
+            f"the {sent.message} update to {summary_for(sent.workflow_id)} was not sent and "
+            "nothing was created (a signal, e.g. --signal, waits for no worker)",
+            otherwise=self.task_queue,
+        )
         operations: list[WithStartWorkflowOperation[Any, Any]] = []
 
         async def send() -> Any:
@@ -913,7 +1051,10 @@ class DurabilityClient:
             result = await self._answer(
                 sent.workflow_id,
                 sent.message,
-                lambda: _answered_within(self.update_timeout, sent.workflow_id, sent.message, send),
+                lambda: self._sending(
+                    f"the {sent.message} update to {summary_for(sent.workflow_id)}",
+                    _answered_within(self.update_timeout, sent.workflow_id, sent.message, send),
+                ),
             )
         except WorkflowAlreadyStartedError as error:
             raise await self._refused_start(sent.workflow_id) from error
@@ -936,6 +1077,8 @@ class DurabilityClient:
     async def _signal_with_start(self, sent: _WithStart, *, new: bool = False) -> None:
         """Fire and forget, after the checks the workflow would drop the signal for."""
         await self._check_with_start(sent)
+        record = Sent(f"the {sent.message} signal to {summary_for(sent.workflow_id)}")
+        self.sent.append(record)
         try:
             await self.temporal.start_workflow(
                 sent.workflow_type,
@@ -949,33 +1092,44 @@ class DurabilityClient:
             )
         except WorkflowAlreadyStartedError as error:
             raise await self._refused_start(sent.workflow_id) from error
+        record.answered = True
 
     async def _update(
         self, workflow_id: str, update: str, payload: Any, result_type: type | None = None
     ) -> Any:
         await self._check_size(workflow_id, update, payload, MAX_MESSAGE_BYTES)
+        await self._require_worker_of(
+            workflow_id, f"the {update} update to {summary_for(workflow_id)} was not sent"
+        )
         handle = self.temporal.get_workflow_handle(workflow_id)
         return await self._answer(
             workflow_id,
             update,
-            lambda: _answered_within(
-                self.update_timeout,
-                workflow_id,
-                update,
-                lambda: handle.execute_update(update, payload, result_type=result_type),
+            lambda: self._sending(
+                f"the {update} update to {summary_for(workflow_id)}",
+                _answered_within(
+                    self.update_timeout,
+                    workflow_id,
+                    update,
+                    lambda: handle.execute_update(update, payload, result_type=result_type),
+                ),
             ),
         )
 
     async def _signal(self, workflow_id: str, signal: str, payload: Any) -> None:
         await self._check_size(workflow_id, signal, payload, MAX_MESSAGE_BYTES)
         handle = self.temporal.get_workflow_handle(workflow_id)
-        await self._answer(workflow_id, signal, lambda: handle.signal(signal, payload))
+        what = f"the {signal} signal to {summary_for(workflow_id)}"
+        await self._answer(
+            workflow_id, signal, lambda: self._sending(what, handle.signal(signal, payload))
+        )
 
     async def _query(self, workflow_id: str, query: str, *args: Any) -> Any:
         """A query of the running workflow: a closed one's last state is not an answer. A
         query the worker fails (a payload it cannot decode) raises WorkflowQueryFailedError."""
         for arg in args:
             await self._check_size(workflow_id, query, arg, MAX_MESSAGE_BYTES)
+        await self._require_worker_of(workflow_id, f"the {query} query was not sent")
         handle = self.temporal.get_workflow_handle(workflow_id)
 
         async def ask() -> Any:
@@ -1052,8 +1206,19 @@ class DurabilityClient:
         why = await self._closed_or_missing(workflow_id)
         if why is not None:
             raise why
+        if wait:
+            await self._require_worker_of(
+                workflow_id,
+                "the close was not sent, as waiting for it would never end (without waiting "
+                "it is sent, and taken once a worker polls)",
+            )
         handle = self.temporal.get_workflow_handle(workflow_id)
-        await handle.cancel()
+        await self._sending(
+            f"the close of {summary_for(workflow_id)}",
+            handle.cancel(),
+            means=f"{summary_for(workflow_id)} is closing: it starts no run and closes once "
+            "the runs it started have reported",
+        )
         if wait:
             with contextlib.suppress(WorkflowFailureError):  # it ends cancelled: that is done
                 await handle.result()
@@ -1178,7 +1343,8 @@ class DurabilityClient:
     ) -> dict[str, Any]:
         """The `describe` query: the live schedule (as `get`, or None), `paused`, the last
         `runs` runs that ended (newest first, 0..10, default 10), the next `next_times` fire
-        times (0..50, default 10) and the counters since 0.1.1."""
+        times (0..50, default 10), the counters since 0.1.1 and `dropped_signals` (signals
+        the schedule refused and dropped)."""
         workflow_id = schedule_workflow_id(object_id)
         sizes = {
             key: value for key, value in (("runs", runs), ("next", next_times)) if value is not None
@@ -1186,6 +1352,10 @@ class DurabilityClient:
         _checked(workflow_id, "describe", lambda: _check_describe(sizes))
         args = (sizes,) if sizes else ()
         described: dict[str, Any] = await self._query(workflow_id, "describe", *args)
+        if "dropped_signals" not in described:
+            # Counted by the schedule and answered by a query of its own.
+            with suppress(WorkflowQueryFailedError):
+                described["dropped_signals"] = await self._query(workflow_id, "dropped_signals")
         return described
 
     async def list_runs(self, object_id: str) -> list[RunView]:
@@ -1262,10 +1432,12 @@ class DurabilityClient:
         it (a signal it refuses would be dropped unseen)."""
         await self._signal_with_start(_enqueue_message(ledger_id, operations, options), new=new)
 
-    async def hold(self, ledger_id: str) -> str:
-        """Stop new launches until the returned token is released."""
-        token: str = await self._update(ledger_workflow_id(ledger_id), "hold", {}, str)
-        return token
+    async def hold(self, ledger_id: str, token: str | None = None) -> str:
+        """Stop new launches until the returned token is released. With `token` (your own),
+        holding it again changes nothing: safe to send again when an answer was lost."""
+        payload = {} if token is None else {"token": token}
+        held: str = await self._update(ledger_workflow_id(ledger_id), "hold", payload, str)
+        return held
 
     async def release(self, ledger_id: str, token: str) -> bool:
         """Release a held token; returns True (a token not held is refused)."""
@@ -1459,7 +1631,11 @@ class DurabilityClient:
             ),
         )
         try:
-            await self.temporal.workflow_service.start_batch_operation(request)
+            await self._sending(
+                f"the batch job {job_id} ({message} to every running schedule the query matches)",
+                self.temporal.workflow_service.start_batch_operation(request),
+                means=f"the job goes on by itself (temporal batch describe --job-id {job_id})",
+            )
         except RPCError as error:
             if error.status == RPCStatusCode.RESOURCE_EXHAUSTED:
                 raise BatchBusyError(

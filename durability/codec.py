@@ -30,7 +30,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
-from temporalio.converter import PayloadCodec
+from temporalio.api.failure.v1 import Failure
+from temporalio.converter import DefaultFailureConverter, PayloadCodec, PayloadConverter
 
 KEY_ENV = "DURABILITY_ENCRYPTION_KEY"
 KEYS_ENV = "DURABILITY_ENCRYPTION_KEYS"
@@ -47,7 +48,11 @@ KEY_BYTES = 32
 KEY_ID_PATTERN = re.compile(r"[^\s,:]{1,128}")
 
 
-class UnknownKeyError(ValueError):
+class KeyRingError(ValueError):
+    """A payload this key ring cannot decrypt; the message names key ids, never data."""
+
+
+class UnknownKeyError(KeyRingError):
     """A payload names a key id that is not in this process's key ring."""
 
     def __init__(self, key_id: str, known: Sequence[str]) -> None:
@@ -59,8 +64,30 @@ class UnknownKeyError(ValueError):
         self.key_id = key_id
 
 
-class DecryptionError(ValueError):
+class DecryptionError(KeyRingError):
     """A payload could not be decrypted with the key its metadata names."""
+
+
+class EncryptedFailureConverter(DefaultFailureConverter):
+    """Moves every failure's message and stack trace into its encoded attributes, which the
+    payload codec encrypts (the SDK's `encode_common_attributes`), so a failure's text, which
+    may quote user data (a webhook's URL, a far side's answer), is never stored in clear.
+
+    One exception: a key ring error (a payload this worker cannot decrypt) keeps its message
+    in clear. It names key ids only, and the operator must read it where the key is missing:
+    a worker's failed workflow task says which key to add without any codec."""
+
+    def __init__(self) -> None:
+        super().__init__(encode_common_attributes=True)
+        self._plain = DefaultFailureConverter()
+
+    def to_failure(
+        self, exception: BaseException, payload_converter: PayloadConverter, failure: Failure
+    ) -> None:
+        if isinstance(exception, KeyRingError):
+            self._plain.to_failure(exception, payload_converter, failure)
+        else:
+            super().to_failure(exception, payload_converter, failure)
 
 
 def associated_data(key_id: str) -> bytes:
@@ -175,35 +202,61 @@ def _decode_key(setting: str, entry: str, encoded: str) -> bytes:
     try:
         key = base64.b64decode(encoded.strip(), validate=True)
     except (binascii.Error, ValueError):
-        raise ValueError(f"{setting} {entry}: the key is not valid base64") from None
+        raise ValueError(f"{setting}{entry}: the key is not valid base64") from None
     if len(key) != KEY_BYTES:
         raise ValueError(
-            f"{setting} {entry}: the key decodes to {len(key)} bytes, need {KEY_BYTES} "
+            f"{setting}{entry}: the key decodes to {len(key)} bytes, need {KEY_BYTES} "
             "(AES-256; make one with `head -c32 /dev/urandom | base64`)"
         )
     return key
 
 
+def looks_like_key(text: str) -> bool:
+    """Whether `text` could be a key rather than a key id: base64 (padded or not) of a key's
+    32 bytes.
+
+    Key ids are written into every payload's metadata in clear and named in messages, so a
+    key written where its id belongs (`key:id`, or the key as DURABILITY_ENCRYPTION_KEY_ID)
+    is refused before it can reach either. Hex ids (fingerprints) never decode to 32 bytes
+    at their usual lengths (32, 40 or 64 digits)."""
+    stripped = text.strip()
+    try:
+        decoded = base64.b64decode(stripped + "=" * (-len(stripped) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return len(decoded) == KEY_BYTES
+
+
 def parse_key_ring(text: str) -> dict[str, bytes]:
-    """`id:base64,id2:base64,...` as {id: key}; ValueError names the setting and the entry."""
+    """`id:base64,id2:base64,...` as {id: key}; ValueError names the setting, the entry's
+    position and what is wrong, never the entry's text (it may hold a key anywhere)."""
     keys: dict[str, bytes] = {}
+    positions: dict[str, int] = {}
     for position, raw in enumerate(text.split(","), start=1):
         entry = raw.strip()
         if not entry:
             continue
         key_id, separator, encoded = entry.partition(":")
         key_id = key_id.strip()
+        where = f"{KEYS_ENV} entry {position}"
         if not separator:
-            # Without "id:" the entry may be a bare key: never echo it.
-            raise ValueError(f"{KEYS_ENV} entry {position} is not id:base64 (no ':' found)")
+            raise ValueError(f"{where} is not id:base64 (no ':' found)")
         if not KEY_ID_PATTERN.fullmatch(key_id):
             raise ValueError(
-                f"{KEYS_ENV} entry {position}: key id {key_id[:64]!r} must be 1 to 128 "
-                "characters without whitespace, ',' or ':'"
+                f"{where}: the key id (before ':') must be 1 to 128 characters without "
+                "whitespace, ',' or ':'"
+            )
+        if looks_like_key(key_id):
+            raise ValueError(
+                f"{where}: the key id (before ':') looks like a base64 key: write id:base64, "
+                "the id first"
             )
         if key_id in keys:
-            raise ValueError(f"{KEYS_ENV} entry {position}: key id {key_id!r} is listed twice")
-        keys[key_id] = _decode_key(KEYS_ENV, f"entry {position} ({key_id!r})", encoded)
+            raise ValueError(
+                f"{where}: its key id is the same as entry {positions[key_id]}'s: ids must differ"
+            )
+        keys[key_id] = _decode_key(KEYS_ENV, f" entry {position}", encoded)
+        positions[key_id] = position
     if not keys:
         raise ValueError(f"{KEYS_ENV} is set but lists no keys (expected id:base64,...)")
     return keys
@@ -211,25 +264,30 @@ def parse_key_ring(text: str) -> dict[str, bytes]:
 
 def codec_from_env(env: Mapping[str, str] | None = None) -> EncryptionCodec | None:
     """The codec configured by `DURABILITY_ENCRYPTION_KEYS` (or the single-key
-    `DURABILITY_ENCRYPTION_KEY`), or None when neither is set."""
+    `DURABILITY_ENCRYPTION_KEY`), or None when neither is set. A ValueError names the
+    setting and what is wrong, never a value of these settings (the ids of a ring that
+    parsed excepted: they are checked not to look like keys)."""
     source = os.environ if env is None else env
     ring_text = source.get(KEYS_ENV, "")
     single = source.get(KEY_ENV, "")
     current = source.get(KEY_ID_ENV, "")
+    if current.strip() and looks_like_key(current):
+        raise ValueError(
+            f"{KEY_ID_ENV} looks like a base64 key: it takes the id of the current key (the "
+            f"text before ':' in its {KEYS_ENV} entry), and is written into every payload"
+        )
     if ring_text.strip() and single.strip():
         raise ValueError(
             f"set {KEYS_ENV} or {KEY_ENV}, not both: move the single key into the ring as "
-            f"{current or DEFAULT_KEY_ID}:<base64 key>"
+            f"<id>:<base64 key>"
         )
     if single.strip():
         key_id = current or DEFAULT_KEY_ID  # as written by earlier versions: not stripped
-        return EncryptionCodec(_decode_key(KEY_ENV, f"(key id {key_id!r})", single), key_id)
+        return EncryptionCodec(_decode_key(KEY_ENV, "", single), key_id)
     if not ring_text.strip():
         if current.strip():
             # Without this, a lost key setting would leave payloads in clear unnoticed.
-            raise ValueError(
-                f"{KEY_ID_ENV} is {current!r}, but neither {KEYS_ENV} nor {KEY_ENV} is set"
-            )
+            raise ValueError(f"{KEY_ID_ENV} is set, but neither {KEYS_ENV} nor {KEY_ENV} is")
         return None
     keys = parse_key_ring(ring_text)
     current = current.strip()
@@ -241,7 +299,7 @@ def codec_from_env(env: Mapping[str, str] | None = None) -> EncryptionCodec | No
         current = next(iter(keys))
     if current not in keys:
         raise ValueError(
-            f"{KEY_ID_ENV} is {current!r}, which is not in {KEYS_ENV} "
-            f"(ids: {', '.join(map(repr, keys))})"
+            f"{KEY_ID_ENV} names no key in {KEYS_ENV}: set it to one of its ids "
+            f"({', '.join(map(repr, keys))})"
         )
     return EncryptionCodec.ring(keys, current)

@@ -11,7 +11,10 @@ Whoever can call /decode reads every payload, so the server:
 - answers CORS only for the configured UI origins (a browser page from any other origin
   cannot read an answer), and refuses POSTs that carry another origin,
 - serves /encode only when enabled: it lets its caller mint payloads workers decrypt,
-- bounds the request body.
+- bounds the request body,
+- never logs a request's headers or body (a token could be in either): not on a refusal,
+  and not in the HTTP server's own error log (a malformed or oversized request line or
+  header is logged by its error's type alone).
 """
 
 from __future__ import annotations
@@ -137,7 +140,7 @@ def make_app(codec: PayloadCodec, settings: CodecServerSettings) -> web.Applicat
         if request.method != "POST":
             return _json_error(405, "use POST", Allow="POST, OPTIONS", **cors)
         if origin is not None and not allowed_origin:
-            log.warning("refused a request from origin %r", origin)
+            log.warning("refused a request from %s: its Origin is not allowed", request.remote)
             return _json_error(
                 403, f"origin {origin!r} is not allowed (see --allow-origin)", Vary="Origin"
             )
@@ -187,6 +190,26 @@ def make_app(codec: PayloadCodec, settings: CodecServerSettings) -> web.Applicat
     return app
 
 
+class _WithoutRequestText(logging.Filter):
+    """Reduces the HTTP server's own error records to their message and the exception's
+    type: aiohttp's parse errors carry the offending request line or header (say, the first
+    bytes of an oversized `Authorization` header) in their text and traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[0] is not None:
+            record.msg = f"{record.msg} ({record.exc_info[0].__name__}; request not shown)"
+        record.exc_info = None
+        record.exc_text = None
+        record.stack_info = None
+        return True
+
+
+# The logger the HTTP server reports bad requests and handler errors on (aiohttp's
+# `aiohttp.server` by default).
+http_log = logging.getLogger("durability.codec_server.http")
+http_log.addFilter(_WithoutRequestText())
+
+
 def _too_large(limit: int, cors: dict[str, str]) -> web.Response:
     return _json_error(413, f"request body is larger than {limit} bytes", **cors)
 
@@ -208,7 +231,7 @@ async def start(
     """Serve on host:port (0 picks a free port) in the running event loop."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family)
-    runner = web.AppRunner(make_app(codec, settings), access_log=None)
+    runner = web.AppRunner(make_app(codec, settings), access_log=None, logger=http_log)
     await runner.setup()
     try:
         await web.SockSite(runner, sock).start()

@@ -8,6 +8,7 @@ Connection settings come from Temporal's environment configuration
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,19 +38,34 @@ def task_queue(env: Mapping[str, str] | None = None) -> str:
 
 
 def data_converter(env: Mapping[str, str] | None = None) -> DataConverter:
-    """The pydantic data converter, plus the payload codec when encryption is configured
-    (`DURABILITY_ENCRYPTION_KEYS`/`_KEY_ID`, see durability/codec.py); a bad key setting
-    raises ConfigurationError naming it."""
+    """The pydantic data converter, plus, when encryption is configured
+    (`DURABILITY_ENCRYPTION_KEYS`/`_KEY_ID`, see durability/codec.py), the payload codec and
+    `EncryptedFailureConverter`, which moves failure messages and stack traces into encoded
+    attributes so the codec encrypts them too (docs/security.md). A bad key setting raises
+    ConfigurationError naming it."""
     codec = settings.encryption_codec(os.environ if env is None else env)
     if codec is None:
         return pydantic_data_converter
+    from durability.codec import EncryptedFailureConverter
+
     return DataConverter(
         payload_converter_class=pydantic_data_converter.payload_converter_class,
+        failure_converter_class=EncryptedFailureConverter,
         payload_codec=codec,
     )
 
 
 _PROFILE_SETTINGS = ("TEMPORAL_PROFILE", "TEMPORAL_CONFIG_FILE")
+# A line of the config file as a TOML parse error quotes it (`3 | api_key = ...`) and the
+# marker line under it (`  |   ^^^`).
+_QUOTED_LINE = re.compile(r"\s*[0-9]*\s*\|")
+
+
+def without_quoted_lines(message: str) -> str:
+    """An envconfig error without the lines it quotes from the config file: the line that
+    failed to parse may hold an API key or a TLS key."""
+    kept = [line.strip() for line in message.splitlines() if not _QUOTED_LINE.match(line)]
+    return " ".join(line for line in kept if line)
 
 
 def load_connect_config(env: Mapping[str, str] | None = None) -> ClientConnectConfig:
@@ -68,8 +84,9 @@ def load_connect_config(env: Mapping[str, str] | None = None) -> ClientConnectCo
     except Exception as error:  # envconfig raises plain errors for bad files/values
         given = [f"{name} {source[name]!r}" for name in _PROFILE_SETTINGS if source.get(name)]
         raise ConfigurationError(
-            f"Temporal environment configuration ({', '.join(given) or 'defaults'}): {error}"
-        ) from error
+            f"Temporal environment configuration ({', '.join(given) or 'defaults'}): "
+            f"{without_quoted_lines(str(error))}"
+        ) from None
     tls = config.get("tls")
     if isinstance(tls, TLSConfig) and bool(tls.client_cert) != bool(tls.client_private_key):
         raise ConfigurationError(
@@ -109,10 +126,9 @@ async def connect_client(
         from temporalio.contrib.opentelemetry import TracingInterceptor
 
         chosen.append(TracingInterceptor())
+    converter = data_converter(env)  # a bad key setting is not a connection problem
     try:
-        return await Client.connect(
-            **config, data_converter=data_converter(env), interceptors=chosen
-        )
+        return await Client.connect(**config, data_converter=converter, interceptors=chosen)
     except (RuntimeError, ValueError) as error:
         raise _unreachable(config, error) from error
 
@@ -137,11 +153,8 @@ async def connect(
 
     config: dict[str, Any] = dict(load_connect_config(env))
     config.update(overrides)
+    chosen = list(plugins) if plugins is not None else [DurabilityPlugin(env=env)]
     try:
-        return await Client.connect(
-            **config,
-            plugins=list(plugins) if plugins is not None else [DurabilityPlugin(env=env)],
-            runtime=runtime,
-        )
+        return await Client.connect(**config, plugins=chosen, runtime=runtime)
     except (RuntimeError, ValueError) as error:
         raise _unreachable(config, error) from error

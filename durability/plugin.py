@@ -146,6 +146,11 @@ class DurabilityPlugin(SimplePlugin):
                 f"encrypts with another key ring (current key {codec.key_id!r}) than "
                 f"DURABILITY_ENCRYPTION_KEYS/_KEY_ID (current key {ours.payload_codec.key_id!r})"
             )
+        if theirs.failure_converter_class is not ours.failure_converter_class:
+            return (
+                f"uses {theirs.failure_converter_class.__name__}, which leaves failure messages "
+                "in clear, but DURABILITY_ENCRYPTION_KEYS (or _KEY) is set"
+            )
         return None
 
     def _workflows(self, existing: Sequence[type] | None) -> Sequence[type]:

@@ -1,7 +1,7 @@
 """Every setting the worker reads from its environment, declared once.
 
 `SETTINGS` is the table: name, default, meaning and the parser that checks a value.
-`python worker.py --help` prints it, the README's Configuration table is generated from it
+`python worker.py --help` prints it, the table in docs/configuration.md is generated from it
 (`python -m durability.settings` prints the Markdown), and `worker_settings(env)` checks
 every entry, then the rules that tie settings together, before anything connects. A bad
 value raises `ConfigurationError` naming the setting and the value (a secret's value is
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from durability import DEFAULT_TASK_QUEUE, TASK_QUEUE_ENV
+from durability.errors import DurabilityError
 
 if TYPE_CHECKING:
     from activities.schedule import WebhookAllowlist
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class ConfigurationError(ValueError):
+class ConfigurationError(DurabilityError, ValueError):
     """A setting is wrong; the message names it and its value."""
 
 
@@ -217,6 +218,13 @@ METRICS_PORT = Setting(
     "Prometheus `/metrics` port on 0.0.0.0 (0 turns metrics off); a port already taken exits 2",
     integer(0, 65535),
 )
+HEALTH_PORT = Setting(
+    "DURABILITY_HEALTH_PORT",
+    "0",
+    "probe port on 0.0.0.0: `GET /livez` answers while the process runs, `GET /readyz` while "
+    "it polls and Temporal answers (503 from SIGTERM on); 0 turns it off",
+    integer(0, 65535),
+)
 DRAIN_SECONDS = Setting(
     "DURABILITY_DRAIN_SECONDS",
     "30",
@@ -359,7 +367,7 @@ TEMPORAL_SETTINGS: tuple[Setting[Any], ...] = (
         checked_blank=True,
     ),
 )
-# Read by prefix, so not checked one by one; listed for --help and the README.
+# Read by prefix, so not checked one by one; listed for --help and docs/configuration.md.
 GRPC_META = _temporal(
     "TEMPORAL_GRPC_META_<NAME>", "gRPC header `<name>` on every call", secret=True
 )
@@ -414,6 +422,7 @@ OTEL_SETTINGS: tuple[Setting[Any], ...] = (
 DURABILITY_SETTINGS: tuple[Setting[Any], ...] = (
     TASK_QUEUE,
     METRICS_PORT,
+    HEALTH_PORT,
     DRAIN_SECONDS,
     MAX_CACHED_WORKFLOWS,
     MAX_CONCURRENT_WORKFLOW_TASKS,
@@ -429,7 +438,40 @@ DURABILITY_SETTINGS: tuple[Setting[Any], ...] = (
     LOG_LEVEL,
     SKIP_SEARCH_ATTRIBUTE_CHECK,
 )
-# Every setting, in the order --help and the README list them.
+# `make run`'s own settings (`python -m durability.run --help`, docs/operations.md): where
+# its dev server, UI and data go. Its worker reads the settings above (DURABILITY_METRICS_PORT
+# included) from the same environment.
+RUN = "run"
+DEV_HOST = Setting(
+    "DURABILITY_DEV_HOST",
+    "127.0.0.1",
+    "address `make run`'s dev server and UI listen on (another address shares them with the "
+    "network, and lets others make the worker call your local ports: docs/security.md)",
+    not_blank,
+    group=RUN,
+)
+DEV_PORT = Setting(
+    "DURABILITY_DEV_PORT",
+    "7233",
+    "`make run`'s Temporal frontend (gRPC) port; its worker connects to it, other "
+    "terminals once `TEMPORAL_ADDRESS` names it (the banner prints the line)",
+    integer(1, 65535),
+    group=RUN,
+)
+UI_PORT = Setting(
+    "DURABILITY_UI_PORT", "8233", "`make run`'s Temporal UI port", integer(1, 65535), group=RUN
+)
+DATA_DIR = Setting(
+    "DURABILITY_DATA_DIR",
+    "data",
+    "where `make run` keeps the dev server's database and log (a relative path is taken "
+    "from the project's directory)",
+    not_blank,
+    group=RUN,
+)
+RUN_SETTINGS: tuple[Setting[Any], ...] = (DEV_HOST, DEV_PORT, UI_PORT, DATA_DIR)
+
+# Every setting, in the order --help and docs/configuration.md list them.
 SETTINGS: tuple[Setting[Any], ...] = (
     *DURABILITY_SETTINGS,
     *TEMPORAL_SETTINGS,
@@ -531,7 +573,7 @@ def help_text() -> str:
 
 
 def markdown_table() -> str:
-    """The README's settings table."""
+    """The settings table of docs/configuration.md."""
     rows = ["| setting | default | meaning |", "| --- | --- | --- |"]
     for group, title in GROUP_TITLES.items():
         rows.append(f"| **{title}** | | |")
@@ -539,6 +581,14 @@ def markdown_table() -> str:
             if setting.group == group:
                 default = f"`{setting.default}`" if setting.default else "unset"
                 rows.append(f"| `{setting.name}` | {default} | {setting.meaning} |")
+    return "\n".join(rows) + "\n"
+
+
+def run_settings_table() -> str:
+    """`make run`'s settings as a markdown table (docs/operations.md)."""
+    rows = ["| setting | default | meaning |", "| --- | --- | --- |"]
+    for setting in (*RUN_SETTINGS, METRICS_PORT):
+        rows.append(f"| `{setting.name}` | `{setting.default}` | {setting.meaning} |")
     return "\n".join(rows) + "\n"
 
 

@@ -599,7 +599,12 @@ class Driver:
         self.request_of[op_id] = request_id
         self.launches[request_id] = 1
         self.bodies[request_id] = copy.deepcopy(self.state.requests[request_id].body)
-        if protocol in self.config.supported_protocol_versions:
+        if protocol in self.config.supported_protocol_versions and self.state.holds:
+            # Held while it compiled: recorded, never sent until released (L12).
+            assert verdict == "deferred"
+            assert not core.may_have_reached_far_side(self.state.requests[request_id])
+            self.launches[request_id] = 0
+        elif protocol in self.config.supported_protocol_versions:
             assert verdict == "launch"
             self.loops[request_id] = (RequestAction.SUBMIT, 0, 1)
         else:  # frozen but never sent: blocked, its canvases kept until skip

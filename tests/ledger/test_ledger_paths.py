@@ -139,7 +139,7 @@ async def test_a_stopping_ledger_refuses_hold_resume_settle_enqueue_and_a_second
         "resume": ("LedgerStopped", "ledger is stopped"),
         "settle": ("LedgerStopped", "ledger is stopped"),
         "stop": ("LedgerStopped", "ledger is stopped"),
-        # As README and docs/contract.md have it: an enqueue is refused as bad input.
+        # As docs/ledgers.md and docs/contract.md have it: an enqueue is refused as bad input.
         "enqueue": ("InvalidRequest", "ledger is stopped: enqueue refused"),
     }
     # Nothing the refused messages carried was recorded.
@@ -268,7 +268,7 @@ async def test_bad_release_resume_and_skip_signals_are_dropped_and_counted(
     async with ledger_worker(client, task_queue):
         handle = await start_ledger(client, unique, task_queue, LedgerInput())
         token = await handle.execute_update("hold", {}, result_type=str)
-        await enqueue(handle, intent("orphan", []), intent("a", ["c1"]))
+        await enqueue(handle, intent("orphan", ["c9"], ["never-enqueued"]), intent("a", ["c1"]))
         before = await snapshot(handle)
         bad = [
             ("release", {"token": 5}),  # not a string
@@ -328,23 +328,20 @@ async def test_participant_free_types_are_the_configured_ones(
     client: Client, task_queue: str, unique: str
 ) -> None:
     """With `participant_free_types: ["doc.export"]`, an export without canvases is sent,
-    and an upload without canvases (participant-free by default) is blocked (L5)."""
+    and an upload without canvases (participant-free by default) is refused at enqueue (L5:
+    it could never dispatch), naming the field and the type."""
     async with live_ledger(client, task_queue, unique, participant_free_types=["doc.export"]) as (
         server,
         handle,
     ):
-        await enqueue(
-            handle,
-            intent("export", [], operation_type="doc.export"),
-            intent("upload", [], operation_type="asset.upload"),
-        )
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await enqueue(handle, intent("upload", [], operation_type="asset.upload"))
+        assert "operations.0.participants" in str(refused.value.cause)
+        assert "'asset.upload'" in str(refused.value.cause)
+        await enqueue(handle, intent("export", [], operation_type="doc.export"))
         snap = await settled(handle)
     ops = operations(snap)
     assert ops["export"]["outcome"] == "applied"
     assert json.loads(server.bodies[ops["export"]["request_id"]])["canvas_ids"] == []
-    assert (ops["upload"]["phase"], ops["upload"]["blockers"]) == (
-        "blocked",
-        ["missing_participants"],
-    )
-    assert ops["upload"]["request_id"] is None
+    assert "upload" not in ops
     assert len(server.bodies) == 1

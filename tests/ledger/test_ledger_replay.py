@@ -12,6 +12,10 @@ by `tests/ledger/test_ledger_stop.py`; `ledger_stop_in_flight_0_1_1_before_final
 by the build before the `stop-final-queries` patch (a stop that asked nothing).
 `ledger_grant_0_1_1.json` and `ledger_request_grant_0_1_1.json` were recorded by 0.1.1 with
 `tests/ledger/test_ledger_slots.py -k granted_retry` (a retry re-launched by the ledger's grant).
+`ledger_launch_gate_0_1_1.json` is recorded by `tests/ledger/test_ledger_gate.py` (a request
+compiled while held, launched on release), `ledger_stop_wait_cancelled_0_1_1.json` and
+`ledger_request_wait_cancelled_0_1_1.json` by `tests/ledger/test_ledger_stop_cancel.py` (a
+stop whose final query waited for the submit it cancelled).
 """
 
 from __future__ import annotations

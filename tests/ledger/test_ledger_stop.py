@@ -124,14 +124,14 @@ async def test_what_stays_unknown_is_listed_with_its_frozen_body_and_next_action
 async def test_a_request_never_sent_is_not_asked(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    """Blocked at enqueue (no participants), blocked at freeze (unsupported protocol: never
-    handed to a request workflow), held (never dispatched): the far side hears nothing."""
+    """Blocked at freeze (unsupported protocol: never handed to a request workflow), held
+    (never dispatched): the far side hears nothing."""
     async with live_ledger(client, task_queue, unique, retry=SLOW_RETRY) as (server, handle):
-        await enqueue(handle, intent("no-canvas"), intent("v2", ["c1"], protocol_version=2))
+        await enqueue(handle, intent("v2", ["c1"], protocol_version=2))
 
         async def both_blocked() -> bool:
             ops = operations(await snapshot(handle))
-            return all(ops[o]["phase"] == "blocked" for o in ("no-canvas", "v2"))
+            return bool(ops["v2"]["phase"] == "blocked")
 
         await eventually(both_blocked, timeout=30)
         await handle.execute_update("hold", {})

@@ -356,7 +356,6 @@ async def test_compile_error_and_participant_mismatch_block_with_message(
             handle,
             intent("bad", ["c1"]),
             intent("wrong", ["c2"]),
-            intent("empty", []),
             intent("later", ["c1"], ["bad"]),
             intent("fine", ["c1"]),
         )
@@ -372,7 +371,6 @@ async def test_compile_error_and_participant_mismatch_block_with_message(
     assert ops["bad"]["phase"] == "blocked"
     assert ops["bad"]["blockers"] == ["canvas c1 has no layer 7"]
     assert ops["wrong"]["blockers"] == ["participant_mismatch"]
-    assert ops["empty"]["blockers"] == ["missing_participants"]
     assert ops["later"]["phase"] == "pending"
     assert ops["fine"]["outcome"] == "applied"
     assert snap["claims"] == {}
@@ -690,11 +688,12 @@ async def test_skip_is_validated_and_also_accepted_as_a_signal(
 ) -> None:
     async with ledger_worker(client, task_queue):
         handle = await start_ledger(client, unique, task_queue, LedgerInput())
-        await enqueue(handle, intent("orphan", []), intent("child", ["c1"], ["orphan"]))
+        orphan = intent("orphan", ["c9"], ["never-enqueued"])
+        await enqueue(handle, orphan, intent("child", ["c1"], ["orphan"]))
         with pytest.raises(WorkflowUpdateFailedError) as rejected:
             await handle.execute_update("skip", {"operation_id": "ghost"})
         assert "operation_id 'ghost' is not known" in str(rejected.value.cause)
-        assert operations(await snapshot(handle))["orphan"]["blockers"] == ["missing_participants"]
+        assert operations(await snapshot(handle))["orphan"]["waiting_for"] == ["never-enqueued"]
         await handle.signal("skip", {"operation_id": "orphan", "reason": "no canvas"})
         snap = await settled(handle)
     ops = operations(snap)

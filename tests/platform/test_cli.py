@@ -166,7 +166,7 @@ async def test_options_after_the_command_list_commands_and_iso_times_in_tables(
     ops = tmp_path / "ops.json"
     ops.write_text(json.dumps([{"id": "op-1", "operation_type": "t", "participants": ["c1"]}]))
     async with running_worker(client, task_queue):
-        # Global options after the command, as the README's examples write them.
+        # Global options after the command, as the docs' examples write them.
         await durability_cli(
             dev_server_address, "schedule", "set", object_id, "0 0 1 1 *", "--version", "4", *queue
         )
@@ -406,14 +406,16 @@ async def test_ledger_skip_frees_a_blocked_operations_dependent_and_rejects_unkn
     ledger_id = f"cli-skip-{unique}"
     cli = ("--task-queue", task_queue, "--json")
     operations = tmp_path / "ops.json"
-    # No participants: compile yields no canvas, so the operation blocks (missing_participants).
+    # An unsupported protocol version: frozen, never sent, blocked (interpreter unavailable).
     operations.write_text(
         json.dumps(
             [
-                {"id": "orphan", "operation_type": "shape.create", "participants": []},
+                {"id": "orphan", "operation_type": "shape.create", "participants": ["c8"],
+                 "protocol_version": 2},
                 {"id": "child", "operation_type": "shape.move", "participants": ["c1"],
                  "dependencies": ["orphan"]},
-                {"id": "orphan-2", "operation_type": "shape.create", "participants": []},
+                {"id": "orphan-2", "operation_type": "shape.create", "participants": ["c9"],
+                 "protocol_version": 2},
                 {"id": "child-2", "operation_type": "shape.move", "participants": ["c2"],
                  "dependencies": ["orphan-2"]},
             ]

@@ -188,8 +188,7 @@ async def test_results_read_as_sentences_and_json_keeps_wire_values(
             "applied: version 2 is stored"
         )
         assert await says(*queue, "schedule", "set", object_id, "@hourly", "--version", "1") == (
-            "not applied: version 1 is not above the version already stored (a cancelled one "
-            "included)"
+            "not applied: version 1 is not above the stored version 2 (live)"
         )
         assert await says("schedule", "pause", object_id) == "paused"
         assert await says("schedule", "pause", object_id) == "already paused"
@@ -205,8 +204,8 @@ async def test_results_read_as_sentences_and_json_keeps_wire_values(
         )
         assert json.loads(await says("--json", "schedule", "cancel", object_id)) == {"live": False}
         assert await says("schedule", "cancel", object_id, "--version", "1") == (
-            "nothing was live: version 1 is a tombstone now, unless a higher version is stored "
-            "(then the cancel is ignored)"
+            "nothing changed: version 2 is stored (cancelled), higher than 1; a cancel of a "
+            "lower version is ignored"
         )
         assert (
             await says("schedule", "get", object_id) == "no live schedule: version 2 is cancelled"

@@ -165,6 +165,11 @@ def test_codec_from_env_reads_a_ring_or_the_single_key() -> None:
     assert ring is not None and ring.key_id == "B" and ring.key_ids == ["B", "A"]
     only = codec_from_env({"DURABILITY_ENCRYPTION_KEYS": f"A:{b64(KEY_A)}"})
     assert only is not None and only.key_id == "A"
+    # Hex fingerprints as ids are not taken for keys (only base64 of 32 bytes is).
+    fingerprints = {"a" * 32: KEY_A, "b" * 40: KEY_B, "c" * 64: KEY}
+    ring_text = ",".join(f"{key_id}:{b64(key)}" for key_id, key in fingerprints.items())
+    hex_ids = codec_from_env({"DURABILITY_ENCRYPTION_KEYS": ring_text, KEY_ID: "c" * 64})
+    assert hex_ids is not None and sorted(hex_ids.key_ids) == sorted(fingerprints)
 
 
 KEYS = "DURABILITY_ENCRYPTION_KEYS"
@@ -175,20 +180,28 @@ SHORT = b64(os.urandom(31))
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({KEYS: "A:!!not-base64!!"}, "DURABILITY_ENCRYPTION_KEYS entry 1 ('A'): the key is not"),
-        ({KEYS: f"A:{b64(KEY_A)},B:{SHORT}", KEY_ID: "A"}, "entry 2 ('B'): the key decodes to 31"),
-        ({KEYS: f"A:{b64(KEY_A)},A:{b64(KEY_B)}", KEY_ID: "A"}, "entry 2: key id 'A' is listed"),
+        ({KEYS: "A:!!not-base64!!"}, "DURABILITY_ENCRYPTION_KEYS entry 1: the key is not"),
+        ({KEYS: f"A:{b64(KEY_A)},B:{SHORT}", KEY_ID: "A"}, "entry 2: the key decodes to 31"),
+        (
+            {KEYS: f"A:{b64(KEY_A)},A:{b64(KEY_B)}", KEY_ID: "A"},
+            "entry 2: its key id is the same as entry 1's",
+        ),
         (
             {KEYS: f"A:{b64(KEY_A)},B:{b64(KEY_B)}", KEY_ID: "C"},
-            "DURABILITY_ENCRYPTION_KEY_ID is 'C', which is not in DURABILITY_ENCRYPTION_KEYS "
-            "(ids: 'A', 'B')",
+            "DURABILITY_ENCRYPTION_KEY_ID names no key in DURABILITY_ENCRYPTION_KEYS: set it to "
+            "one of its ids ('A', 'B')",
         ),
         ({KEYS: f"A:{b64(KEY_A)},B:{b64(KEY_B)}"}, "KEY_ID must name the current key"),
         ({KEYS: b64(KEY_A)}, "DURABILITY_ENCRYPTION_KEYS entry 1 is not id:base64"),
-        ({KEYS: f"a b:{b64(KEY_A)}"}, "entry 1: key id 'a b' must be"),
+        ({KEYS: f"a b:{b64(KEY_A)}"}, "entry 1: the key id (before ':') must be"),
+        ({KEYS: f"{b64(KEY_A)}:A"}, "entry 1: the key id (before ':') looks like a base64 key"),
+        (
+            {KEYS: f"A:{b64(KEY_A)}", KEY_ID: b64(KEY_B)},
+            "DURABILITY_ENCRYPTION_KEY_ID looks like a base64 key",
+        ),
         ({KEYS: " , "}, "lists no keys"),
         ({KEYS: f"A:{b64(KEY_A)}", "DURABILITY_ENCRYPTION_KEY": b64(KEY_B)}, "not both"),
-        ({"DURABILITY_ENCRYPTION_KEY": "not base64!"}, "DURABILITY_ENCRYPTION_KEY (key id 'def"),
+        ({"DURABILITY_ENCRYPTION_KEY": "not base64!"}, "DURABILITY_ENCRYPTION_KEY: the key is not"),
         ({"DURABILITY_ENCRYPTION_KEY": SHORT}, "decodes to 31 bytes, need 32"),
     ],
     ids=[
@@ -199,6 +212,8 @@ SHORT = b64(os.urandom(31))
         "current-unset",
         "no-id",
         "bad-id",
+        "key-before-id",
+        "key-as-current-id",
         "empty",
         "both-settings",
         "single-bad-base64",

@@ -31,7 +31,7 @@ async def test_list_shows_never_set_live_paused_and_cancelled_schedules_apart(
             await durability.set_schedule(object_id, "@every 1s", 1, options=options)
         await durability.pause_schedule(paused)
         await durability.cancel_schedule(cancelled)
-        # Started as the README's raw `temporal workflow start` does: no `set` yet.
+        # Started as docs/schedules.md's raw `temporal workflow start` does: no `set` yet.
         await client.start_workflow(
             "DurabilitySchedule",
             {"object_id": never},

@@ -14,8 +14,12 @@ from workflows import search_attributes
 
 OPERATIONS = (PROJECT_ROOT / "docs" / "operations.md").read_text()
 README = (PROJECT_ROOT / "README.md").read_text()
+DEPLOYMENT = (PROJECT_ROOT / "docs" / "deployment.md").read_text()
 COMPOSE_TEXT = (PROJECT_ROOT / "docker-compose.yml").read_text()
 SERVICES: dict[str, Any] = yaml.safe_load(COMPOSE_TEXT)["services"]
+# Where a comment or a page sends the reader for more: `docs/x.md` or `(README|docs/x.md),
+# "Section"`.
+CITATION = re.compile(r'\b(README|docs/[\w-]+\.md)(?:, "([^"]+)")?')
 
 
 def headings(markdown: str) -> set[str]:
@@ -27,16 +31,19 @@ def anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
 
 
-def test_the_readme_links_the_operations_page_from_its_deployment_section() -> None:
-    deployment = README.split("## Deployment", 1)[1].split("\n## ", 1)[0]
-    assert "(docs/operations.md)" in deployment
+def test_the_readme_links_the_deployment_page_which_links_the_operations_page() -> None:
+    assert "(docs/deployment.md)" in README and "(docs/operations.md)" in README
+    assert "(operations.md)" in DEPLOYMENT
 
 
-def test_every_readme_section_cited_in_compose_and_operations_exists() -> None:
-    cited = re.findall(r'README, "([^"]+)"', COMPOSE_TEXT + OPERATIONS)
-    assert cited
-    missing = set(cited) - headings(README)
-    assert not missing, f"README has no section {missing}"
+def test_every_page_and_section_compose_and_the_docs_cite_exists() -> None:
+    cited = CITATION.findall(COMPOSE_TEXT + OPERATIONS)
+    assert ("docs/configuration.md", "Encryption") in cited
+    for document, section in cited:
+        path = PROJECT_ROOT / ("README.md" if document == "README" else document)
+        assert path.exists(), document
+        if section:
+            assert section in headings(path.read_text()), f"{document} has no section {section!r}"
 
 
 def test_every_repository_file_and_anchor_the_operations_page_cites_exists() -> None:

@@ -5,6 +5,7 @@ activities, on one task queue, driven with the `temporal` CLI."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 from datetime import timedelta
@@ -16,7 +17,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter
+from temporalio.converter import DataConverter, DefaultFailureConverter
 from temporalio.worker import Worker
 
 from durability.connect import ConfigurationError, data_converter
@@ -176,6 +177,12 @@ async def test_on_a_worker_with_the_same_converter_the_plugin_encrypts_a_runs_in
                 {"DURABILITY_ENCRYPTION_KEYS": f"A:{base64.b64encode(os.urandom(32)).decode()}"}
             ),
             "encrypts with another key ring",
+        ),
+        (
+            dataclasses.replace(
+                data_converter(ENCRYPTED), failure_converter_class=DefaultFailureConverter
+            ),
+            "uses DefaultFailureConverter, which leaves failure messages in clear",
         ),
     ],
 )

@@ -1,4 +1,5 @@
-"""The README's walkthrough, run as written, in order, against `make run`'s stack.
+"""The README's walkthrough, run as written, in order, against `make run`'s stack, and then
+the examples of the reference pages it links to.
 
 Every fenced `sh` and `python` block under the README's "Walkthrough" heading is a step,
 except `make run` itself (the test starts `python -m durability.run`) and the `export PATH`
@@ -6,6 +7,11 @@ line (the test puts the venv's bin on PATH). Each shell command must exit 0; a c
 `# prints: TEXT` right after a command says what its output shows, and the test checks it
 (whitespace collapsed, `...` matching anything). A step with such a line is polled until its
 output shows it, since what a query answers can take the worker a moment.
+
+The pages in `EXAMPLE_PAGES` are read the same way and run after the walkthrough, on the same
+stack, side by side (each page uses objects of its own): each of their `sh` blocks that has
+a `# prints:` line is run; a block without one is an illustration (a placeholder key, a
+cluster's command) and is not.
 """
 
 from __future__ import annotations
@@ -25,10 +31,15 @@ from durability.run import DEMO
 from tests.support.helpers import PROJECT_ROOT, start_run_stack
 
 README = PROJECT_ROOT / "README.md"
+# The reference pages whose examples run after the walkthrough, in this order.
+EXAMPLE_PAGES = [
+    PROJECT_ROOT / "docs" / name for name in ("clients.md", "schedules.md", "ledgers.md")
+]
 VENV_BIN = Path(sys.executable).parent
 PRINTS = "# prints:"
-# How long a step with a `# prints:` line may take to show it.
-EVENTUALLY_S = 15.0
+# How long a step with a `# prints:` line may take to show it: `describe` waits for the
+# schedule's first run, at the next multiple of 10 s, on a machine that may be busy.
+EVENTUALLY_S = 30.0
 
 
 @dataclass
@@ -105,6 +116,18 @@ def walkthrough_steps(markdown: str) -> list[Step]:
     return steps
 
 
+def example_steps(markdown: str) -> list[Step]:
+    """The steps of a reference page: its `sh` blocks that say what they print."""
+    return [
+        step
+        for language, body in re.findall(
+            r"^```(\w*)\n(.*?)^```\n", markdown, re.MULTILINE | re.DOTALL
+        )
+        if language == "sh" and PRINTS in body
+        for step in shell_commands(body)
+    ]
+
+
 def shows(output: str, expected: str) -> bool:
     """Whether `output` shows `expected`: whitespace collapsed, `...` matching anything."""
     flat = " ".join(output.split())
@@ -141,7 +164,7 @@ async def run_walkthrough(steps: list[Step], cwd: Path, env: dict[str, str]) -> 
                 break
             if time.monotonic() > deadline:
                 raise AssertionError(
-                    f"README walkthrough step failed (exit {code}"
+                    f"walkthrough or docs example step failed (exit {code}"
                     f"{', not shown: ' + repr(missing) if missing else ''}):\n"
                     f"{step.source}\n--- output ---\n{output}"
                 )
@@ -160,11 +183,23 @@ def test_the_walkthrough_is_read_as_steps_with_their_outputs() -> None:
     assert sum(len(step.prints) for step in steps) >= 5
 
 
+@pytest.mark.parametrize("page", EXAMPLE_PAGES, ids=[page.name for page in EXAMPLE_PAGES])
+def test_each_reference_page_has_examples_that_run(page: Path) -> None:
+    """A page whose blocks stopped saying what they print would silently run nothing."""
+    steps = example_steps(page.read_text())
+    assert sum(len(step.prints) for step in steps) >= 5, page.name
+
+
 @pytest.mark.slow
-async def test_the_readme_walkthrough_runs_as_written_against_make_run(tmp_path: Path) -> None:
+async def test_the_readme_walkthrough_then_the_docs_examples_run_as_written_against_make_run(
+    tmp_path: Path,
+) -> None:
     steps = walkthrough_steps(README.read_text())
     data_dir, cwd = tmp_path / "data", tmp_path / "cwd"
     cwd.mkdir()
+    pages = {page.name: example_steps(page.read_text()) for page in EXAMPLE_PAGES}
+    for name in pages:
+        (tmp_path / name).mkdir()
     run_stack = await start_run_stack(data_dir)
     stack, address = run_stack.process, run_stack.address
     assert stack.stdout is not None
@@ -178,6 +213,10 @@ async def test_the_readme_walkthrough_runs_as_written_against_make_run(tmp_path:
             TEMPORAL_NAMESPACE="default",
         )
         await run_walkthrough(steps, cwd, user_env)
+        # The pages use objects of their own, so they run side by side, each in its directory.
+        await asyncio.gather(
+            *(run_walkthrough(page, tmp_path / name, user_env) for name, page in pages.items())
+        )
     finally:
         if stack.returncode is None:
             stack.send_signal(signal.SIGINT)

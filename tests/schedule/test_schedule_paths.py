@@ -91,8 +91,8 @@ async def next_tick_at(handle: WorkflowHandle[Any, Any]) -> int | None:
 async def test_next_tick_at_is_refreshed_when_the_tick_moves_earlier_or_over_a_minute_later(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    """README: `DurabilityNextTickAt` is never later than the real next tick and at most a
-    minute earlier; it is not upserted on every tick."""
+    """docs/schedules.md: `DurabilityNextTickAt` is never later than the real next tick and at
+    most a minute earlier; it is not upserted on every tick."""
     recorder = ScheduleFake()
     schedule = {"expression": YEARLY, "version": 1}
     async with live_schedule(client, task_queue, unique, recorder, schedule) as handle:
@@ -188,7 +188,7 @@ async def test_an_outcome_slower_than_its_timeout_is_dead_lettered_as_an_outcome
     # The run ended as it stopped; the schedule delivered, and dead-lettered, its outcome.
     assert result == {
         "outcome": {"status": "complete", "error": None},
-        "delivered": False,
+        "delivered": None,  # the schedule's to deliver: not the run's to claim
         "dead_letter_error": None,
         "outcome_pending": True,
     }
@@ -270,7 +270,7 @@ async def test_trigger_runs_while_paused_and_is_refused_before_anything_is_recor
     client: Client, task_queue: str, unique: str
 ) -> None:
     """The trigger validator: with no live schedule (never set, or cancelled) a trigger is
-    refused and leaves no trace in the history; while paused it runs (README)."""
+    refused and leaves no trace in the history; while paused it runs (docs/schedules.md)."""
     recorder = ScheduleFake()
     async with live_schedule(client, task_queue, unique, recorder) as handle:
         refused: list[pytest.ExceptionInfo[WorkflowUpdateFailedError]] = []
@@ -325,7 +325,7 @@ async def test_a_run_whose_schedule_was_terminated_ends_as_it_stops(
         result = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), timeout=20)
     assert result == {
         "outcome": {"status": "complete", "error": None},
-        "delivered": False,
+        "delivered": None,  # the schedule's to deliver: not the run's to claim
         "dead_letter_error": None,
         "outcome_pending": True,
     }

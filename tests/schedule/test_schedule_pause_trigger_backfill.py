@@ -65,7 +65,13 @@ def test_trigger_records_one_run_now_even_when_paused_and_needs_a_live_schedule(
     core.pause()
     run = core.trigger(12_345)
     assert (run.scheduled_time, run.due_at, run.params) == (12_345, 12_345, {"p": 1})
-    assert core.trigger(12_345) is run  # the same millisecond is the same run
+    # A second trigger in the same millisecond records its own run, at the next free time.
+    second = core.trigger(12_345)
+    assert (second.scheduled_time, second.due_at) == (12_346, 12_345)
+    assert core.trigger(12_345, distinct=False) is run  # as a history recorded before did
+    assert [r.state for r in core.take_startable()] == [RunStatus.RUNNING] * 2
+    core = live_core()
+    run = core.trigger(12_345)
     assert [r.state for r in core.take_startable()] == [RunStatus.RUNNING]
     empty = ScheduleCore(ScheduleState(), every, ScheduleInput(max_concurrent_runs=1))
     with pytest.raises(NoLiveSchedule, match="trigger needs a live schedule"):

@@ -23,7 +23,8 @@ class ScheduleFake:
     raises ApplicationError type `Boom`; with `fail_message_chars` its message is that long),
     `outcome_failures` (the outcome activity refuses that many attempts first, type
     `Refused`), `gated_outcome` (the outcome activity, once called, waits until the test sets
-    `outcome_gate`).
+    `outcome_gate`), `gated_then_refused` (the first outcome call waits for `outcome_gate`,
+    then is refused as `Refused`; later calls are accepted).
 
     Switches: every outcome call first waits while `outcomes_open` is clear; while `refusing`,
     it is refused as `Unavailable: receiver down`, and with `refusals_final` too that refusal is
@@ -47,6 +48,8 @@ class ScheduleFake:
     # scheduled_time and idempotency key of each outcome call that returned (accepted)
     accepted: list[int] = field(default_factory=list)
     accepted_keys: list[str] = field(default_factory=list)
+    # scheduled_time of the one outcome call `gated_then_refused` refused
+    refused_after_gate: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.outcomes_open.set()
@@ -86,6 +89,10 @@ class ScheduleFake:
             raise ApplicationError(
                 "receiver down", type="Unavailable", non_retryable=self.refusals_final
             )
+        if run["params"].get("gated_then_refused") and not self.refused_after_gate:
+            await self.outcome_gate.wait()
+            self.refused_after_gate.append(run["scheduled_time"])
+            raise ApplicationError("refused once the gate opened", type="Refused")
         if attempt <= run["params"].get("outcome_failures", 0):
             raise ApplicationError(f"outcome attempt {attempt} refused", type="Refused")
         if run["params"].get("gated_outcome"):

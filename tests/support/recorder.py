@@ -44,7 +44,8 @@ class Recorder:
 
     - `POST /run`: a run (sometimes slow, so kills land mid-run). When the caller is gone by
       the time the handler finishes (its worker was killed), the run is marked `client_gone`.
-    - `POST /outcome`: an outcome delivery (sometimes answered 503 to exercise retries).
+    - `POST /outcome`: an outcome delivery (sometimes answered 503 to exercise retries; held
+      in flight for `outcome_sleep_s` when that is set).
     - `POST /requests`, `GET /requests/<id>`: the ledger's far side. A submit is `applied`
       or sometimes `accepted` (then `applied` on a later query); an unknown ID on query is
       `unresolved`. Each call is in flight while its handler runs (with a short sleep): a
@@ -57,6 +58,7 @@ class Recorder:
     slow_run_s: tuple[float, float] = (0.3, 1.5)
     fast_run_s: tuple[float, float] = (0.01, 0.05)
     outcome_fail_rate: float = 0.05
+    outcome_sleep_s: tuple[float, float] = (0.0, 0.0)  # how long each delivery stays in flight
     accepted_rate: float = 0.25
     ledger_sleep_s: tuple[float, float] = (0.01, 0.05)
     base_url: str = ""
@@ -72,6 +74,7 @@ class Recorder:
     canvas_overlaps: list[str] = field(default_factory=list)
     canvas_open_conflicts: list[str] = field(default_factory=list)
     same_request_overlaps: int = 0
+    outcomes_in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -219,6 +222,12 @@ def _recorder_handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
                 post.finished = not post.client_gone
                 self._send(200, {"ok": True})
             elif self.path == "/outcome":
+                if recorder.outcome_sleep_s[1] > 0:
+                    with recorder.lock:
+                        recorder.outcomes_in_flight += 1
+                    time.sleep(recorder.uniform(recorder.outcome_sleep_s))
+                    with recorder.lock:
+                        recorder.outcomes_in_flight -= 1
                 answer = recorder.outcome_received(key, json.loads(raw))
                 self._send(answer, {"ok": answer == 200})
             elif self.path == "/requests":

@@ -58,6 +58,7 @@ from workflows.ledger.models import (
     EnqueueInput,
     EnqueueResult,
     FrozenRequestInput,
+    HoldInput,
     LedgerConfig,
     LedgerCounters,
     LedgerInput,
@@ -252,14 +253,43 @@ def _find_cycle(state: LedgerState, new: dict[str, OperationIntent]) -> list[str
 # drops the signal of the same name.
 
 
-def validate_enqueue(state: LedgerState, raw: Any) -> EnqueueInput:
-    """Everything the `enqueue` update validator checks; raises `InvalidRequest`."""
+def validate_enqueue(
+    state: LedgerState,
+    raw: Any,
+    config: LedgerConfig | None = None,
+    refuse: Callable[[], bool] = lambda: True,
+) -> EnqueueInput:
+    """Everything the `enqueue` update validator checks; raises `InvalidRequest`. With the
+    ledger's `config`, an operation that could never dispatch (no participants, a type that
+    is not participant-free, L5) is refused too, naming it: the validator and the signal
+    pass it; the update's handler does not (it applies what its validator accepted).
+    `refuse()` is asked only when such an operation is found (a signal handler's patch)."""
     if state.stopped:
         raise InvalidRequest("ledger is stopped: enqueue refused")
     batch = parse_enqueue(raw)
+    if config is not None:
+        check_participants(batch, config, refuse)
     check_enqueue(state, batch)
     check_budget(state, batch)
     return batch
+
+
+def check_participants(
+    batch: EnqueueInput, config: LedgerConfig, refuse: Callable[[], bool] = lambda: True
+) -> None:
+    """Refuse an operation with no participants whose type is not participant-free (L5): it
+    would only ever be blocked (`missing_participants`)."""
+    for index, intent in enumerate(batch.operations):
+        if (
+            not canvases_of(intent)
+            and intent.operation_type not in config.participant_free_types
+            and refuse()
+        ):
+            raise InvalidRequest(
+                f"invalid enqueue input: operations.{index}.participants is empty and "
+                f"operation_type {intent.operation_type!r:.80} is not participant-free "
+                f"(participant_free_types: {config.participant_free_types!r:.200})"
+            )
 
 
 def enqueue(
@@ -491,17 +521,26 @@ def block_compile(state: LedgerState, op_id: str, message: str) -> None:
     _block_operation(record, [message or "compile_failed"], message or "compile_failed")
 
 
-FreezeResult = Literal["launch", "blocked", "stale"]
+FreezeResult = Literal["launch", "deferred", "blocked", "stale"]
 
 
 def freeze(
-    state: LedgerState, config: LedgerConfig, op_id: str, request_id: str, compiled: Any
+    state: LedgerState,
+    config: LedgerConfig,
+    op_id: str,
+    request_id: str,
+    compiled: Any,
+    may_defer: Callable[[], bool] = lambda: True,
 ) -> FreezeResult:
     """Record the frozen request from the compile result (L6, L11).
 
-    `launch`: the request is recorded in flight and its loop must start now. `blocked`: the
-    operation (participant mismatch, invalid result) or the request (unsupported protocol,
-    never sent) is blocked. `stale`: the reservation is gone (stop), nothing recorded.
+    `launch`: the request is recorded in flight and its loop must start now. `deferred`: it
+    is recorded `frozen` and never sent yet, because no launch may happen now (held or
+    stopped, L12; its slot or lane taken since, after a `configure`, L4): `plan_launches`
+    starts it when one may. `blocked`: the operation (participant mismatch, invalid result)
+    or the request (unsupported protocol, never sent) is blocked. `stale`: the reservation is
+    gone (stop), nothing recorded. `may_defer()` is asked only when deferring would change
+    what happens (a shell's patch: a history from before the gate launches as it did).
     """
     if state.compiling.get(op_id) != request_id:
         return "stale"
@@ -566,7 +605,115 @@ def freeze(
             f"protocol_version {protocol_version} is not in {config.supported_protocol_versions}",
         )
         return "blocked"
+    request.phase = RequestPhase.FROZEN  # not in progress while the gate counts slots
+    if launch_refusal(state, config, request.operation_type) is not None and may_defer():
+        request.launch = NEVER_LAUNCHED
+        return "deferred"
+    request.phase = RequestPhase.IN_FLIGHT
     return "launch"
+
+
+# ---------------------------------------------------------------- the launch gate (L4, L11, L12)
+#
+# Every place a request may be sent (a compile's end, a relaunch, a grant, stop's final
+# queries) asks `launch_refusal` first, and nothing of an unsupported protocol is ever handed
+# to a request loop (`block_unsupported`).
+
+# The `launch` of a request recorded by `freeze` but never started (see `freeze`).
+NEVER_LAUNCHED = 0
+
+
+def launch_refusal(state: LedgerState, config: LedgerConfig, operation_type: str) -> str | None:
+    """Why no attempt of `operation_type` may start now, None when one may: the ledger is
+    stopped, held (L12), or its concurrency or the type's lane is full (L4)."""
+    if state.stopped:
+        return "stopped"
+    if state.holds:
+        return "held"
+    total, by_type = in_flight(state)
+    if not _fits(config, total, by_type, operation_type):
+        return "no_slot"
+    return None
+
+
+def protocol_supported(config: LedgerConfig, request: RequestRecord) -> bool:
+    """Whether the request's protocol version is one the ledger may send (L11)."""
+    return request.body.get("protocol_version") in config.supported_protocol_versions
+
+
+def block_unsupported(
+    state: LedgerState, config: LedgerConfig, allowed: Callable[[], bool] = lambda: True
+) -> list[str]:
+    """L11 after `configure` removed a protocol version (or a run recovered under settings
+    without it): every request of that version that is not mid-attempt (frozen, or in flight
+    waiting for its grant) is blocked `request_interpreter_unavailable` and is never sent
+    again; `resume` leaves it blocked, `skip` ends it. Returns the requests in flight among
+    them, whose waiting loop the shell must cancel. `allowed()` is asked only when there is
+    something to block (a shell's patch)."""
+    found = [
+        r
+        for r in state.requests.values()
+        if (r.phase == "frozen" or (r.phase == "in_flight" and r.waiting))
+        and not protocol_supported(config, r)
+    ]
+    if not found or not allowed():
+        return []
+    cancel: list[str] = []
+    for request in found:
+        if request.phase == "in_flight":
+            cancel.append(request.id)
+        request.phase = RequestPhase.BLOCKED
+        request.waiting = False
+        request.blocker = INTERPRETER_UNAVAILABLE
+        _bump(counters_of(state).requests_blocked, INTERPRETER_UNAVAILABLE)
+        version = request.body.get("protocol_version")
+        for op_id in request.operation_ids:
+            if op_id in state.operations:
+                _block_operation(
+                    state.operations[op_id],
+                    [INTERPRETER_UNAVAILABLE],
+                    f"protocol_version {version!r} is not in {config.supported_protocol_versions}",
+                )
+    return cancel
+
+
+@dataclass(frozen=True)
+class Pump:
+    """What the ledger starts now (`pump`), in this order: cancel the loops of requests just
+    blocked (L11), grant due retries, relaunch frozen requests, compile ready operations
+    (each with the request ID reserved for it)."""
+
+    cancel: list[str]
+    grants: list[RequestRecord]
+    launches: list[RequestRecord]
+    dispatches: list[tuple[str, str]]
+
+
+def pump(
+    state: LedgerState,
+    config: LedgerConfig,
+    now_ms: int,
+    new_request_id: Callable[[], str],
+    protocol_gate: Callable[[], bool] = lambda: True,
+) -> Pump:
+    """The seed's `pump()`: due retries first (grants), then relaunches, then ready
+    operations, each within the launch gate; the state records each (granted, launched,
+    compiling) before the shell starts anything. With `local_compile`, one compile at a time:
+    concurrent local activities resolve in completion order live but may be grouped otherwise
+    on replay (sdk-python#1578, #1881), so the commands that follow them could change order."""
+    if state.stopped:
+        return Pump([], [], [], [])
+    cancel = block_unsupported(state, config, protocol_gate)
+    grants = [mark_granted(state, r) for r in plan_grants(state, config, now_ms)]
+    launches = [mark_launched(state, r) for r in plan_launches(state, config)]
+    dispatches: list[tuple[str, str]] = []
+    for op_id in plan_dispatches(state, config):
+        if config.local_compile and state.compiling:
+            break
+        request_id = new_request_id()
+        begin_dispatch(state, op_id, request_id)
+        dispatches.append((op_id, request_id))
+    return Pump(cancel, grants, launches, dispatches)
 
 
 def _echo_mismatch(compiled: dict[str, Any], op_id: str, request_id: str) -> str | None:
@@ -739,6 +886,31 @@ def next_step(
     return Step("retry", status, following, delay, now_ms + delay)
 
 
+# A request loop that `stop` cancels mid-attempt (a submit, a query, or the completion after
+# an answer) waits until that call has really ended at the far side before it ends
+# (WAIT_CANCELLATION_COMPLETED): `stop`'s final query, which reuses the request's workflow
+# ID, can then only start once nothing of the earlier attempt still runs (3.10).
+WAIT_FOR_CANCELLED_ATTEMPTS = True
+
+
+def answer_at_cancel(
+    request_id: str, step: Step, attempt: int, launch: int | None
+) -> RequestReport | None:
+    """What a request loop cancelled while it completed an answer (`complete_activity`)
+    reports before it ends: the answer, with `query` next (the ledger asks before deciding
+    anything, 3.6). None for a step with no answer to keep."""
+    if step.result != "resolved":
+        return None
+    return RequestReport(
+        request_id=request_id,
+        phase=RequestPhase.IN_FLIGHT,
+        status=step.status.model_dump(mode="json", exclude_none=True),
+        attempt=attempt,
+        next_action=RequestAction.QUERY,
+        launch=launch,
+    )
+
+
 # ---------------------------------------------------------------- completion hook (L9, L10)
 
 # The blocker of a `complete_activity` that answered `{"blocked": true}` without an error.
@@ -851,6 +1023,18 @@ def record_finished(state: LedgerState, report: RequestReport) -> bool:
     return True
 
 
+def request_workflow_ended(
+    state: LedgerState, request_id: str, cancelled: bool, cause: str
+) -> tuple[str, bool]:
+    """How a request whose workflow ended without reporting is recorded: cancelled (only
+    `stop` cancels one, or the launch gate's `block_unsupported`) or ended while stopping, as
+    `stopped` (frozen); otherwise failed, blocked until `resume`. Returns the reason and
+    whether it counts as stopped, for `request_interrupted`."""
+    if cancelled:
+        return "stopped", True
+    return f"request_workflow_failed: {cause}", state.stopped
+
+
 def request_interrupted(state: LedgerState, request_id: str, reason: str, stopped: bool) -> bool:
     """A request's loop ended without reporting (stopped, or its workflow failed).
 
@@ -860,9 +1044,14 @@ def request_interrupted(state: LedgerState, request_id: str, reason: str, stoppe
     request = state.requests.get(request_id)
     if request is None or request.phase != "in_flight":
         return False
+    mid_attempt = not request.waiting
     request.waiting = False
     if stopped:
         request.phase = RequestPhase.FROZEN
+        if mid_attempt and request.launch != NEVER_LAUNCHED:
+            # Its submit (or the completion after an answer) may have reached the far side:
+            # what it does next is ask (3.6, 3.10), never submit blind.
+            request.retry_action = RequestAction.QUERY
         return True
     request.phase = RequestPhase.BLOCKED
     request.blocker = reason[:MAX_ERROR_LENGTH]
@@ -1008,7 +1197,9 @@ def parse_report(raw: Any) -> RequestReport:
 
 
 def check_skip(state: LedgerState, op_id: str) -> OperationRecord:
-    """A skip is allowed for a known operation that is pending or blocked and not in flight."""
+    """A skip is allowed for a known operation that is pending or blocked and not in flight,
+    on a ledger that is not stopping (its final queries may be asking about it)."""
+    check_running(state)
     record = state.operations.get(op_id)
     if record is None and op_id in state.forgotten:
         raise InvalidRequest(f"invalid skip input: operation {op_id!r} is already resolved")
@@ -1109,9 +1300,15 @@ def may_have_reached_far_side(request: RequestRecord) -> bool:
     included (its first attempt may have been sent without a report yet), and so does one
     blocked (a `blocked` answer, or its workflow failed) or frozen by a resume. Operations
     pending, held, compiling or blocked at compile have no request at all: never asked."""
-    if request.phase == "resolved":
+    if request.phase == "resolved" or request.launch == NEVER_LAUNCHED:
         return False
-    return not (request.attempt == 0 and request.blocker == INTERPRETER_UNAVAILABLE)
+    # Blocked at freeze: no attempt, and nothing since made its next action a query (a loop
+    # interrupted mid-attempt, `request_interrupted`, would have).
+    return not (
+        request.attempt == 0
+        and request.blocker == INTERPRETER_UNAVAILABLE
+        and request.retry_action == RequestAction.SUBMIT
+    )
 
 
 def _request_sequence(state: LedgerState, request: RequestRecord) -> int:
@@ -1126,23 +1323,53 @@ def unknown_candidates(state: LedgerState) -> list[str]:
     return [q.id for q in candidates]
 
 
-def plan_stop_queries(state: LedgerState, bound: StopInput) -> list[str]:
+def plan_stop_queries(
+    state: LedgerState, bound: StopInput, config: LedgerConfig | None = None
+) -> list[str]:
     """The requests `stop` asks, in order: the first `query_limit` candidates (none when
-    the deadline is 0). Called once nothing is in flight any more."""
+    the deadline is 0), leaving out those of a protocol version `config` no longer
+    supports (L11: never sent; listed `not_asked`). Called once nothing is in flight."""
     if bound.query_deadline_ms == 0:
         return []
-    return unknown_candidates(state)[: bound.query_limit]
+    candidates = unknown_candidates(state)
+    if config is not None:
+        candidates = [r for r in candidates if protocol_supported(config, state.requests[r])]
+    return candidates[: bound.query_limit]
 
 
-def begin_stop_query(state: LedgerState, request_id: str) -> None:
+def stop_queries_to_start(
+    queue: list[str], asking: int, config: LedgerConfig, deadline_passed: bool
+) -> list[str]:
+    """Which of the planned final queries start now: none once the deadline passed, else the
+    next ones while fewer than `concurrency` are asking. Removes them from `queue`."""
+    if deadline_passed:
+        return []
+    room = max(0, config.concurrency - asking)
+    chosen, queue[:] = queue[:room], queue[room:]
+    return chosen
+
+
+def cancel_at_stop(state: LedgerState, running_here: Iterable[str]) -> list[str]:
+    """Requests in flight at `stop` that this run of the ledger did not start (an earlier run,
+    before continue-as-new): the shell cancels them by workflow ID; each is recorded frozen
+    (`request_interrupted`) as it is."""
+    local = set(running_here)
+    return [r.id for r in state.requests.values() if r.phase == "in_flight" and r.id not in local]
+
+
+def begin_stop_query(state: LedgerState, request_id: str) -> bool:
     """The request's final query starts: it is in flight (so `skip` refuses it) under a new
     launch (a late report of the loop `stop` cancelled is stale), and what comes next for it
-    is a query, asked now."""
-    request = state.requests[request_id]
+    is a query, asked now. False (nothing changes, nothing is to be asked) when the request
+    is no longer one whose outcome is unknown (resolved, or gone)."""
+    request = state.requests.get(request_id)
+    if request is None or request.phase == "in_flight" or not may_have_reached_far_side(request):
+        return False
     request.phase = RequestPhase.IN_FLIGHT
     request.launch += 1
     request.retry_at = None
     request.retry_action = RequestAction.QUERY
+    return True
 
 
 def stop_query_input(
@@ -1249,9 +1476,46 @@ def count_dropped_signal(state: LedgerState) -> int:
     return state.dropped_signals
 
 
-def hold(state: LedgerState, token: str) -> None:
-    """L12: no new launch until every token is released."""
-    state.holds.append(token)
+# At most this many hold tokens are outstanding at once (each is carried in the state).
+MAX_HOLDS = 64
+
+
+def parse_hold(raw: Any) -> HoldInput:
+    """`hold`: `{}` (or nothing), or `{"token": str}`, the caller's own token."""
+    try:
+        return HoldInput.model_validate({} if raw is None else raw)
+    except ValidationError as error:
+        raise InvalidRequest(format_validation_error("hold input", error)) from None
+
+
+def hold_token(raw: Any, generated: str) -> str:
+    """The token a `hold` its validator accepted takes: the caller's, else `generated` (a
+    payload recorded before `HoldInput` existed, when `hold` ignored it, takes `generated`)."""
+    try:
+        return parse_hold(raw).token or generated
+    except InvalidRequest:
+        return generated
+
+
+def validate_hold(state: LedgerState, raw: Any) -> HoldInput:
+    """`hold` on a running ledger: a token already held is taken again (nothing changes);
+    a new one is refused past MAX_HOLDS outstanding."""
+    check_running(state)
+    parsed = parse_hold(raw)
+    if parsed.token not in state.holds and len(state.holds) >= MAX_HOLDS:
+        raise InvalidRequest(
+            f"invalid hold input: {len(state.holds)} hold tokens are outstanding, the most "
+            f"a ledger keeps: release one (the snapshot's hold_tokens lists them)"
+        )
+    return parsed
+
+
+def hold(state: LedgerState, token: str) -> str:
+    """L12: no new launch until every token is released. Idempotent: a token already held
+    changes nothing. Returns the token."""
+    if token not in state.holds:
+        state.holds.append(token)
+    return token
 
 
 def release(state: LedgerState, token: str) -> bool:
@@ -1346,9 +1610,25 @@ def parse_configure(raw: Any, current: LedgerConfig) -> LedgerConfig:
 
 
 def validate_configure(state: LedgerState, raw: Any, current: LedgerConfig) -> LedgerConfig:
-    """`parse_configure` on a running ledger (a stopped one takes no `configure`)."""
+    """`parse_configure` on a running ledger (a stopped one takes no `configure`), refusing
+    `participant_free_types` without the type of an operation with no participants that has
+    no frozen request yet (it could then never dispatch, L5)."""
     check_running(state)
-    return parse_configure(raw, current)
+    config = parse_configure(raw, current)
+    for record in state.operations.values():
+        intent = record.intent
+        if (
+            record.phase != "resolved"
+            and record.request_id not in state.requests  # not frozen yet: may dispatch again
+            and not canvases_of(intent)
+            and intent.operation_type not in config.participant_free_types
+        ):
+            raise InvalidRequest(
+                f"invalid configure: participant_free_types {config.participant_free_types!r:.200} "
+                f"leaves out {intent.operation_type!r:.80}, the type of operation "
+                f"{intent.id!r:.80}, which has no participants and is not resolved"
+            )
+    return config
 
 
 def settings_of(config: LedgerConfig, ledger_id: str) -> dict[str, Any]:
@@ -1456,6 +1736,7 @@ def snapshot(state: LedgerState, query: SnapshotQuery | None = None) -> dict[str
         "stopped": state.stopped,
         "held": bool(state.holds),
         "holds": len(state.holds),
+        "hold_tokens": list(state.holds),
         "dropped_signals": state.dropped_signals,
         "signal_conflicts": state.signal_conflicts,
         "counts": counts(state),

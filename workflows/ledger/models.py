@@ -110,7 +110,7 @@ class LedgerConfig(BaseModel):
 
     ledger_id: str | None = None
     concurrency: int = Field(default=2, ge=1, le=1000)
-    lanes: dict[str, int] = Field(default_factory=_default_lanes)
+    lanes: dict[str, Annotated[int, Field(ge=1, le=1000)]] = Field(default_factory=_default_lanes)
     participant_free_types: list[str] = Field(default_factory=_default_participant_free)
     supported_protocol_versions: list[int] = Field(default_factory=lambda: [1])
     retry: RetryConfig = Field(default_factory=RetryConfig)
@@ -212,9 +212,19 @@ class SkipInput(BaseModel):
 
 
 class EmptyInput(BaseModel):
-    """`resume` payload: `{}` (unknown fields are ignored)."""
+    """`resume` / `settle` payload: `{}` (an unknown field is refused, naming it)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class HoldInput(BaseModel):
+    """`hold` payload: `{}` for a token the ledger makes up, or `{"token": str}` for the
+    caller's own: holding a token already held changes nothing (a `hold` whose answer was
+    lost can be sent again), and `release` takes the same field."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    token: str | None = Field(default=None, min_length=1, max_length=MAX_ID_LENGTH)
 
 
 # The bound on `stop`'s final queries (docs/contract.md, `stop`): at most this many requests
@@ -225,10 +235,10 @@ MAX_STOP_QUERY_DEADLINE_MS = 60_000
 
 class StopInput(BaseModel):
     """`stop` payload: `{}`, or `{"query_limit"?, "query_deadline_ms"?}` to ask fewer
-    requests, or for less long, than the bound (`0` asks none). Unknown fields are ignored,
-    as they were when `stop` took only `{}`."""
+    requests, or for less long, than the bound (`0` asks none). An unknown field is
+    refused, naming it."""
 
-    model_config = ConfigDict(extra="ignore", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     query_limit: int = Field(default=MAX_STOP_QUERIES, ge=0, le=MAX_STOP_QUERIES)
     query_deadline_ms: int = Field(

@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         LedgerConfig,
         LedgerState,
         RequestAction,
+        RequestRecord,
         RequestReport,
     )
     from workflows.validation import INVALID_START_INPUT, format_validation_error
@@ -78,6 +79,13 @@ REQUEST_GRANTS_PATCH = "frozen-request-grants"
 # one per retry. If that report cannot be delivered (the ledger is closed), the request ends
 # as it does when a report fails.
 GRANT_WAIT = timedelta(hours=1)
+# Recorded (as a patch marker) by a `FrozenRequest` run at its first activity: a cancelled
+# submit, query or completion is awaited until it has really ended on its worker
+# (WAIT_CANCELLATION_COMPLETED), so the request's workflow ends (and `stop` asks its final
+# query) only after; and an answer whose completion `stop` interrupted is reported to the
+# ledger before the run ends, its next action `query`. A run recorded before it used
+# TRY_CANCEL and reported nothing.
+WAIT_CANCELLED_PATCH = "frozen-request-wait-cancelled"
 # Grants remembered per request run, by launch (a bound against stray signals).
 MAX_GRANT_LAUNCHES = 8
 
@@ -179,6 +187,7 @@ class FrozenRequestWorkflow:
         self._waiting: RequestReport | None = None
         self._reminder: asyncio.Task[None] | None = None
         self._ledger_closed = False
+        self._wait_cancelled: bool | None = None  # asked (patched) at the first activity
 
     @workflow.signal(name="grant")
     def grant(self, raw: Any = None) -> None:
@@ -217,7 +226,14 @@ class FrozenRequestWorkflow:
             raw = await self._send(input, action, request_id)
             attempt += 1
             step = core.next_step(action, raw, attempt, input.retry, now_ms())
-            step = await self._complete(input, raw, step)
+            try:
+                step = await self._complete(input, raw, step)
+            except (asyncio.CancelledError, ActivityError) as error:
+                answered = core.answer_at_cancel(request_id, step, attempt, input.launch)
+                if is_cancelled_exception(error) and answered and self._waits_cancelled():
+                    # `stop` cancelled the completion of an answer: the ledger keeps it.
+                    await self._tell(ledger, "request_progress", answered)
+                raise
             status = step.status.model_dump(mode="json", exclude_none=True)
             if step.result != "retry":
                 report = RequestReport(
@@ -272,6 +288,7 @@ class FrozenRequestWorkflow:
                 start_to_close_timeout=timedelta(milliseconds=input.activity_timeout_ms),
                 retry_policy=SEND_RETRY,
                 summary=f"{action} {request_id}",
+                cancellation_type=self._cancellation_type(),
             )
         except ActivityError as error:
             if is_cancelled_exception(error):
@@ -317,6 +334,7 @@ class FrozenRequestWorkflow:
                 start_to_close_timeout=COMPLETE_TIMEOUT,
                 retry_policy=COMPLETE_RETRY,
                 summary=f"complete {input.request['id']}",
+                cancellation_type=self._cancellation_type(),
             )
         except ActivityError as error:
             if is_cancelled_exception(error):
@@ -329,6 +347,19 @@ class FrozenRequestWorkflow:
             return step
         metrics.count(metrics.COMPLETION_REFUSALS, kind="refused")
         return core.completion_blocked(step, reason)
+
+    def _waits_cancelled(self) -> bool:
+        """Whether this run awaits a cancelled activity's end (`WAIT_CANCELLED_PATCH`)."""
+        if self._wait_cancelled is None:
+            self._wait_cancelled = core.WAIT_FOR_CANCELLED_ATTEMPTS and workflow.patched(
+                WAIT_CANCELLED_PATCH
+            )
+        return self._wait_cancelled
+
+    def _cancellation_type(self) -> workflow.ActivityCancellationType:
+        if self._waits_cancelled():
+            return workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+        return workflow.ActivityCancellationType.TRY_CANCEL
 
     async def _await_grant(
         self, ledger: workflow.ExternalWorkflowHandle[Any], progress: RequestReport
@@ -402,12 +433,26 @@ class RequestRuns:
         previous = self.tasks.get(request_id)
         self.tasks[request_id] = asyncio.create_task(self._run(request_id, previous))
 
-    def grant(self, request_id: str) -> None:
-        """Give a waiting request its slot (L4) and send it its `grant` (a request started by
-        an earlier run of the ledger too: the signal goes by workflow ID)."""
-        request = core.mark_granted(self._state, request_id)
-        send = self._grant(request_id, request.launch, request.attempt)
-        self.granting[request_id] = asyncio.create_task(send)
+    def grant(self, request: RequestRecord) -> None:
+        """Send a request `core.pump` granted a slot (L4) its `grant` (a request started by an
+        earlier run of the ledger too: the signal goes by workflow ID)."""
+        send = self._grant(request.id, request.launch, request.attempt)
+        self.granting[request.id] = asyncio.create_task(send)
+
+    def cancel(self, request_id: str) -> None:
+        """End the waiting loop of a request the core blocked (it is recorded already): its
+        task's, or by workflow ID when an earlier run of the ledger started it."""
+        task = self.tasks.get(request_id)
+        if task is not None:
+            task.cancel()
+            return
+        self.granting[request_id] = asyncio.create_task(self._cancel(request_id))
+
+    async def _cancel(self, request_id: str) -> None:
+        try:
+            await cancel_request(self._ledger_id, request_id)
+        finally:
+            self.granting.pop(request_id, None)
 
     async def _grant(self, request_id: str, launch: int, attempt: int) -> None:
         child = workflow.get_external_workflow_handle(
@@ -463,10 +508,10 @@ class RequestRuns:
         except ChildWorkflowError as error:
             if self.tasks.get(request_id) is not me:
                 return  # an earlier loop of a request relaunched since (resume)
-            # Cancelled: only `stop` cancels a request. Failed: blocked until resume.
-            cancelled = is_cancelled_exception(error)
-            reason = "stopped" if cancelled else f"request_workflow_failed: {error.cause}"
-            interrupted(state, request_id, reason, stopped=cancelled or state.stopped)
+            reason, stopped = core.request_workflow_ended(
+                state, request_id, is_cancelled_exception(error), str(error.cause)
+            )
+            interrupted(state, request_id, reason, stopped=stopped)
             return
         try:
             report = core.parse_report(result)

@@ -63,6 +63,14 @@ QUIET_BEFORE_CONTINUE = timedelta(seconds=1)
 # Recorded (as a patch marker) by a `stop` that asks the far side about the requests it may
 # have received before the ledger completes; a history from before it completes at once.
 STOP_QUERIES_PATCH = "stop-final-queries"
+# Recorded (as a patch marker) by a run the first time the launch gate changes what it does:
+# a request compiled while held (or while its slot was taken since) is recorded and started
+# later, not at once; a request of a protocol version `configure` removed is blocked and its
+# waiting loop cancelled. A run recorded before it launches as it did.
+LAUNCH_GATE_PATCH = "ledger-launch-gate"
+# Recorded by a run whose `enqueue` signal dropped an operation that could never dispatch
+# (no participants, not participant-free); a run recorded before it blocked such operations.
+ENQUEUE_PARTICIPANTS_PATCH = "ledger-refuse-no-participants"
 
 __all__ = ["FrozenRequestWorkflow", "OperationLedgerWorkflow"]
 
@@ -170,24 +178,26 @@ class OperationLedgerWorkflow:
         return self._final is None and self._ready_to_continue()
 
     def _pump(self) -> None:
-        """Launch what the core plans: due retries first (grants), then resumed requests, then
-        ready operations; then set the timer for the next retry a slot could take."""
-        if self._state.stopped or self._history_due():
+        """Carry out what `core.pump` decides: cancel the loops of requests it blocked, grant
+        due retries, relaunch frozen requests, compile ready operations; then set the timer
+        for the next retry a slot could take."""
+        if self._history_due():
             return
-        for request_id in core.plan_grants(self._state, self._config, now_ms()):
-            self._requests.grant(request_id)
-        for request_id in core.plan_launches(self._state, self._config):
-            relaunched = core.mark_launched(self._state, request_id)
+        plan = core.pump(
+            self._state,
+            self._config,
+            now_ms(),
+            lambda: str(workflow.uuid4()),
+            lambda: workflow.patched(LAUNCH_GATE_PATCH),
+        )
+        for request_id in plan.cancel:
+            self._requests.cancel(request_id)
+        for granted in plan.grants:
+            self._requests.grant(granted)
+        for relaunched in plan.launches:
             metrics.operations("dispatched", len(relaunched.operation_ids))
-            self._requests.launch(request_id)
-        for op_id in core.plan_dispatches(self._state, self._config):
-            if self._config.local_compile and self._compiles:
-                # One local compile at a time: concurrent local activities resolve in completion
-                # order live but may be grouped otherwise on replay (sdk-python#1578, #1881), so
-                # the commands that follow them could change order: a failed workflow task.
-                break
-            request_id = str(workflow.uuid4())
-            core.begin_dispatch(self._state, op_id, request_id)
+            self._requests.launch(relaunched.id)
+        for op_id, request_id in plan.dispatches:
             metrics.operations("dispatched")
             self._compiles[op_id] = asyncio.create_task(self._compile(op_id, request_id))
         self._wake_for_retry()
@@ -217,7 +227,14 @@ class OperationLedgerWorkflow:
             self._kernel.wake()
         verdict = "stale"
         if compiled is not None or op_id in self._state.compiling:
-            verdict = core.freeze(self._state, self._config, op_id, request_id, compiled)
+            verdict = core.freeze(
+                self._state,
+                self._config,
+                op_id,
+                request_id,
+                compiled,
+                lambda: workflow.patched(LAUNCH_GATE_PATCH),
+            )
         if verdict == "launch":
             self._requests.launch(request_id)  # its child's start is this task's command
         else:
@@ -243,13 +260,21 @@ class OperationLedgerWorkflow:
 
     @enqueue.validator
     def validate_enqueue(self, raw: RawValue = NO_INPUT) -> None:
-        """Reject malformed intents, repeated IDs, cycles; nothing is recorded."""
-        self._kernel.validate(core.validate_enqueue, self._state, raw)
+        """Reject malformed intents, repeated IDs, cycles, operations that could never
+        dispatch (no participants); nothing is recorded."""
+        self._kernel.validate(core.validate_enqueue, self._state, raw, self._config)
 
     @workflow.signal(name="enqueue")
     def enqueue_signal(self, raw: RawValue = NO_INPUT) -> None:
         """`enqueue` as a signal; its conflicts are counted (`signal_conflicts`) and logged."""
-        batch = self._kernel.signal("enqueue", core.validate_enqueue, self._state, raw)
+        batch = self._kernel.signal(
+            "enqueue",
+            core.validate_enqueue,
+            self._state,
+            raw,
+            self._config,
+            lambda: workflow.patched(ENQUEUE_PARTICIPANTS_PATCH),
+        )
         if batch is None:
             return
         conflicts = self._enqueue(batch).conflicts
@@ -273,16 +298,16 @@ class OperationLedgerWorkflow:
 
     @workflow.update(name="hold")
     async def hold(self, raw: RawValue = NO_INPUT) -> str:
-        """Stop new launches until the returned token is released."""
-        token = str(workflow.uuid4())
-        self._kernel.update(core.hold, self._state, token)
-        return token
+        """Stop new launches until the returned token is released: the caller's own
+        (`{"token": T}`, idempotent) or one made up here (`{}`)."""
+        generated = str(workflow.uuid4())
+        token = self._kernel.update(core.hold_token, raw, generated)
+        return core.hold(self._state, token)
 
     @hold.validator
     def validate_hold(self, raw: RawValue = NO_INPUT) -> None:
-        """A stopped ledger takes no holds."""
-        self._kernel.admit(raw)
-        self._kernel.validate(core.check_running, self._state)
+        """A running ledger, `{}` or `{"token": str}`, within the bound on tokens."""
+        self._kernel.validate(core.validate_hold, self._state, raw)
 
     @workflow.update(name="release")
     async def release(self, raw: RawValue = NO_INPUT) -> bool:
@@ -417,11 +442,12 @@ class OperationLedgerWorkflow:
         for task in list(self._requests.tasks.values()):
             task.cancel()
         # Requests started by an earlier run (before continue-as-new) have no local task.
-        for request in list(self._state.requests.values()):
-            if request.phase == "in_flight" and request.id not in self._requests.tasks:
-                await cancel_request(self._ledger_id, request.id)
-                core.request_interrupted(self._state, request.id, "stopped", stopped=True)
-        await workflow.wait_condition(lambda: not self._compiles and not self._requests.tasks)
+        for request_id in core.cancel_at_stop(self._state, self._requests.tasks):
+            await cancel_request(self._ledger_id, request_id)
+            core.request_interrupted(self._state, request_id, "stopped", stopped=True)
+        await workflow.wait_condition(
+            lambda: not self._compiles and not self._requests.tasks and not self._requests.granting
+        )
         if core.unknown_candidates(self._state) and workflow.patched(STOP_QUERIES_PATCH):
             await self._ask_before_stopping(bound)
         self._final = core.final_result(self._state)
@@ -436,7 +462,7 @@ class OperationLedgerWorkflow:
     async def _ask_before_stopping(self, bound: StopInput) -> None:
         """One final query per request `core.plan_stop_queries` names, at most `concurrency`
         at a time; at `query_deadline_ms` those still asking are cancelled (one timer)."""
-        queue = core.plan_stop_queries(self._state, bound)
+        queue = core.plan_stop_queries(self._state, bound, self._config)
         if not queue:
             return
         deadline = asyncio.create_task(
@@ -446,15 +472,19 @@ class OperationLedgerWorkflow:
         )
         asking: dict[str, asyncio.Task[None]] = {}
         while queue or asking:
-            while queue and len(asking) < self._config.concurrency and not deadline.done():
-                request_id = queue.pop(0)
-                core.begin_stop_query(self._state, request_id)
-                asking[request_id] = asyncio.create_task(self._requests.final_query(request_id))
-            await workflow.wait_condition(
-                lambda: deadline.done() or any(task.done() for task in asking.values())
-            )
+            for request_id in core.stop_queries_to_start(
+                queue, len(asking), self._config, deadline.done()
+            ):
+                if core.begin_stop_query(self._state, request_id):
+                    asking[request_id] = asyncio.create_task(self._requests.final_query(request_id))
+            if asking:
+                await workflow.wait_condition(
+                    lambda: deadline.done() or any(task.done() for task in asking.values())
+                )
             for request_id in [r for r, task in asking.items() if task.done()]:
-                del asking[request_id]
+                finished = asking.pop(request_id)
+                if not finished.cancelled():
+                    finished.result()  # an error in the query's task is not swallowed
             if deadline.done():
                 for task in asking.values():
                     task.cancel()

@@ -48,6 +48,22 @@ class NoLiveSchedule(InvalidRequest):
     """`trigger` with no schedule set, or after `cancel`."""
 
 
+class ScheduleClosing(InvalidRequest):
+    """A message to a schedule that is closing as cancelled: nothing it asks would outlive
+    the close, so it is refused (an update) or dropped and counted (a signal)."""
+
+
+class Closing(StrEnum):
+    """Why this run of the schedule is closing (None: it is not)."""
+
+    # The history is long: the run hands over what goes and continues as new; every message
+    # is still honoured (carried in the state), but no outcome delivery starts.
+    CONTINUE_AS_NEW = "continue_as_new"
+    # A cancellation request: the schedule closes as cancelled once every run it started has
+    # reported and every outcome it owes is delivered or dead-lettered.
+    CANCELLED = "cancelled"
+
+
 class StoredSchedule(BaseModel):
     """The stored schedule; `expression is None` is a cancel tombstone of `version`."""
 
@@ -185,6 +201,9 @@ class ScheduleState(BaseModel):
     recent_runs: list[RecentRun] = Field(default_factory=list)
     # None only in state carried from a build before `describe` (see `ScheduleCore`).
     counters: ScheduleCounters | None = None
+    # The scheduled_time of the last run `trigger` recorded: the next takes a later one, so a
+    # trigger never falls on a time whose run already ran (and so could not run again).
+    last_triggered_at: int | None = None
 
 
 def initial_state(settings: ScheduleInput) -> ScheduleState:
@@ -446,6 +465,8 @@ class ScheduleCore:
         # The stale occurrences the last `tick` skipped while a later one ran (see `tick`).
         self.caught_up: Skipped | None = None
         self._fire_times: tuple[tuple[object, ...], tuple[int, ...]] | None = None
+        # Not carried: a run of the schedule that closes is the last of its own life.
+        self.closing: Closing | None = None
         if state.counters is None:
             state.counters = ScheduleCounters.carried_from(state)
         self.counters: ScheduleCounters = state.counters
@@ -612,7 +633,10 @@ class ScheduleCore:
         stored = self.state.schedule
         if stored is None or stored.expression is None:
             return None
-        return stored.model_dump(mode="json")
+        view = stored.model_dump(mode="json")
+        if self.closing is Closing.CANCELLED:
+            view["closing"] = True  # live until the close, but nothing sent to it now lasts
+        return view
 
     # --- ticks (S6) ---
 
@@ -666,18 +690,49 @@ class ScheduleCore:
             stored.next_at = self.bounded_next(stored.expression, now_ms)
         return True
 
-    def trigger(self, now_ms: int) -> Run:
-        """Record a run at `now_ms` outside the expression (paused or not); it queues like a tick.
+    def trigger(self, now_ms: int, *, distinct: bool = True) -> Run:
+        """Record a run at `now_ms` outside the expression (paused or not); it queues like a
+        tick. Each trigger records its own run, at its own time (`trigger_time`); a history
+        recorded before that (`distinct` False) merges a trigger into a run already recorded
+        at `now_ms`.
 
         Raises NoLiveSchedule when no schedule is live (there are no params to run with)."""
         stored = self.check_live("trigger")
-        existing = self.state.runs.get(now_ms)
-        if existing is not None:
-            return existing
+        if not distinct:
+            existing = self.state.runs.get(now_ms)
+            if existing is not None:
+                return existing
         self.check_room(1, "trigger")
-        run = Run(scheduled_time=now_ms, due_at=now_ms, params=stored.params)
-        self.state.runs[now_ms] = run
+        scheduled_time = self.trigger_time(now_ms) if distinct else now_ms
+        run = Run(scheduled_time=scheduled_time, due_at=now_ms, params=stored.params)
+        self.state.runs[scheduled_time] = run
+        if distinct:
+            self.state.last_triggered_at = scheduled_time
         return run
+
+    def trigger_time(self, now_ms: int) -> int:
+        """The scheduled_time a `trigger` at `now_ms` records its run at: `now_ms`, or the
+        first millisecond after it (and after the last trigger's) that no recorded run, no run
+        that ended recently and no pending tick (`next_at`) holds. Triggers in one workflow
+        task share `now_ms`: each takes its own time (and so its own run and child workflow
+        ID) instead of merging into the first."""
+        stored = self.state.schedule
+        tick_at = None if stored is None else stored.next_at
+        last = self.state.last_triggered_at
+        scheduled_time = now_ms if last is None else max(now_ms, last + 1)
+        ended = {entry.scheduled_time for entry in self.state.recent_runs}
+        while (
+            scheduled_time in self.state.runs
+            or scheduled_time in ended
+            or scheduled_time == tick_at
+        ):
+            scheduled_time += 1
+        return scheduled_time
+
+    def trigger_merges(self, now_ms: int) -> bool:
+        """Whether a `trigger` at `now_ms` would fall on a time already taken (the shell
+        asks, once, whether the history takes distinct times)."""
+        return self.trigger_time(now_ms) != now_ms
 
     def backfill_times(self, start_at: int, end_at: int) -> list[int]:
         """Occurrences of the live expression in [start_at, end_at), at most MAX_BACKFILL_RUNS."""
@@ -822,6 +877,31 @@ class ScheduleCore:
             self.pause(failure_note(idempotency_key(self.object_id, scheduled_time), run.error))
         return True
 
+    def settled_by_signal(self, scheduled_time: int, outcome: Outcome, now_ms: int) -> bool:
+        """The `run_settled` signal: `settle`, and return whether the main loop must decide
+        again: only when a queued run can take the freed slot or the run's failure paused the
+        schedule (every wake-up cancels and restarts the tick timer: two more events)."""
+        was_paused = self.state.paused
+        settled = self.settle(scheduled_time, outcome, now_ms)
+        return settled and (self.queued_count() > 0 or self.state.paused != was_paused)
+
+    def new_runs_wait(self) -> bool:
+        """Whether a run recorded now waits for a slot (its `due` event says `queued`)."""
+        return self.running_count() >= self.max_concurrent_runs
+
+    def drained(self, *, shell_busy: bool) -> bool:
+        """Whether the drain before continue-as-new is over: nothing of the shell going
+        (`shell_busy`: child starts, redeliveries, lifecycle calls) and every run left is
+        queued (it never started) or has its outcome owed (carried, delivered by the next
+        run)."""
+        waiting = self.queued_count() + len(self.awaiting_delivery())
+        return not shell_busy and waiting == len(self.state.runs)
+
+    def stranded_redeliveries(self) -> list[DeadLetter]:
+        """The letters the previous run of the schedule was redelivering when it continued as
+        new: nothing else would ever clear their mark, so this run starts them again."""
+        return [letter for letter in self.state.dead_letters if letter.redelivering]
+
     # --- what `describe` shows: the ring of ended runs, counters, next fire times ---
 
     def _remember_ended(self, run: Run, outcome: Outcome | None, now_ms: int | None) -> None:
@@ -913,6 +993,9 @@ class ScheduleCore:
         return {
             "schedule": self.get(),
             "paused": self.state.paused,
+            # Closing as cancelled: every message is refused, and the schedule ends once its
+            # runs reported and their outcomes were delivered.
+            "closing": self.closing is Closing.CANCELLED,
             "pause_note": self.state.pause_note,
             # The live count of `remaining_runs` (null: no limit); `settings` shows the field.
             "remaining_runs": self.state.remaining_runs,
@@ -942,6 +1025,50 @@ class ScheduleCore:
         """The runs whose outcome the schedule is to deliver, oldest first."""
         pending = (run for run in self.state.runs.values() if run.outcome_pending)
         return sorted(pending, key=lambda run: run.scheduled_time)
+
+    def deliveries_to_start(self, going: Collection[int], limit: int) -> list[Run]:
+        """The outcome deliveries to start now, oldest first: those owed and not `going`,
+        within `limit` going at once; none while the run closes for continue-as-new (the
+        next run delivers them). A cancellation lifts that stop: the schedule closes only once
+        every outcome it owes is delivered, so it must deliver them itself."""
+        if self.deliveries_stopped():
+            return []
+        room = limit - len(going)
+        owed = [run for run in self.awaiting_delivery() if run.scheduled_time not in going]
+        return owed[: max(room, 0)]
+
+    def deliveries_stopped(self) -> bool:
+        """Whether the outcome deliveries going are to be cancelled and none started (the run
+        closes for continue-as-new; the undelivered are carried)."""
+        return self.closing is Closing.CONTINUE_AS_NEW
+
+    # --- closing (continue-as-new, or a cancellation request) ---
+
+    def begin_continue_as_new(self) -> None:
+        """The run settles what it has going to continue as new: deliveries stop (a
+        cancellation already asked for keeps them going)."""
+        if self.closing is None:
+            self.closing = Closing.CONTINUE_AS_NEW
+
+    def begin_cancellation(self) -> None:
+        """A cancellation request: the run closes as cancelled, not as new; from now on every
+        message is refused (`check_open`) and the outcomes owed are delivered by this run."""
+        self.closing = Closing.CANCELLED
+
+    def check_open(self, what: str) -> None:
+        """Raise ScheduleClosing when the schedule is closing as cancelled: `what` would be
+        applied and then lost with the close."""
+        if self.closing is Closing.CANCELLED:
+            raise ScheduleClosing(
+                f"{what} refused: the schedule is closing (cancellation requested); it starts "
+                "no run and closes once its runs reported"
+            )
+
+    def may_close_cancelled(self, *, deliveries_going: int, others_busy: bool) -> bool:
+        """Whether a schedule closing as cancelled may close now: no outcome owed (none
+        awaiting delivery, none being delivered) and nothing else of the shell going (child
+        starts and watches, redeliveries, lifecycle calls, handlers)."""
+        return not others_busy and deliveries_going == 0 and not self.awaiting_delivery()
 
     def delivered(self, scheduled_time: int, idempotency_key: str, error: RunError | None) -> None:
         """The schedule's delivery of a run's outcome ended: delivered (None), or given up

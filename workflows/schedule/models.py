@@ -308,7 +308,9 @@ class ScheduledRunResult(BaseModel):
     run signals `run_acknowledged`)."""
 
     outcome: Outcome
-    delivered: bool
+    # Whether the run delivered its outcome itself; None when the schedule delivers it
+    # (`outcome_pending`): the run cannot know how that delivery ends.
+    delivered: bool | None
     dead_letter_error: RunError | None = None
     outcome_pending: bool = False
 

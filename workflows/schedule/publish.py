@@ -58,6 +58,11 @@ class Published:
         self._publish_state(status.lifecycle_state(state))
         workflow.set_current_details(status.details(state, wake_at, next_times))
 
+    def publish_closing(self) -> None:
+        """The schedule closes as cancelled: `durability schedule list` shows `closing` (it
+        refuses every message meanwhile) until it closes."""
+        self._publish_state(status.CLOSING_STATE)
+
     def _publish_state(self, current: str) -> None:
         """Upsert the state memo when it changed (a continue-as-new carries the memo over)."""
         if self._state is None:

@@ -63,8 +63,6 @@ class Deliveries:
         self._kernel = kernel
         self._emit = emit
         self._send_progress = send_progress
-        # Set before continue-as-new: cancel what goes, start nothing more.
-        self._stopping = False
 
     def use_settings(self, settings: ScheduleInput) -> None:
         """Deliveries started from now on use `settings` (`configure`); those going keep
@@ -78,40 +76,39 @@ class Deliveries:
             self._kernel.wake()  # a queued run can take the freed slot, or the run paused it
         # The delivery (or the barrier) is this task's command: an update in the next task
         # decides on what this completion changed (the freed slot, a pause on failure).
-        if not self._pump():
+        if not self.pump():
             self._send_progress(stopped=scheduled_time)
 
     def resume(self) -> None:
         """First in a run of the schedule: deliver the outcomes the previous run carried."""
         if self._core.awaiting_delivery() and workflow.patched(SCHEDULE_DELIVERS_PATCH):
-            self._pump()
+            self.pump()
 
     def pending(self) -> int:
         """Outcomes still to deliver (going or waiting for room)."""
         return len(self._core.awaiting_delivery())
 
+    def going(self) -> int:
+        """Deliveries going now."""
+        return len(self._kernel.members(self.TASKS))
+
     async def stop(self) -> None:
-        """Before continue-as-new: cancel every delivery still going and wait until each has
-        really stopped; the undelivered stay in the carried state for the next run."""
-        self._stopping = True
+        """Before continue-as-new: the core stops the deliveries (those going are cancelled,
+        none starts); wait until each going has really stopped; the undelivered stay in the
+        carried state for the next run. A cancellation meanwhile lifts the stop (the core
+        decides: `ScheduleCore.deliveries_to_start`)."""
+        self._core.begin_continue_as_new()
         await workflow.wait_condition(lambda: not self._kernel.busy(self.TASKS))
 
-    def _pump(self, ending: int | None = None) -> bool:
-        """Start deliveries, oldest first, as far as `MAX_DELIVERIES_IN_FLIGHT` allows (the
-        delivery `ending` no longer counts); returns whether one started."""
-        if self._stopping:
-            return False
-        going = self._kernel.members(self.TASKS)
-        room = MAX_DELIVERIES_IN_FLIGHT - len(going) + (ending in going)
-        started = False
-        for run in self._core.awaiting_delivery():
-            if room <= 0:
-                break
-            if run.scheduled_time not in going:
-                self._kernel.spawn(self.TASKS, self._deliver(run), key=run.scheduled_time)
-                room -= 1
-                started = True
-        return started
+    def pump(self, ending: int | None = None) -> bool:
+        """Start the deliveries the core says to start (`ScheduleCore.deliveries_to_start`,
+        at most `MAX_DELIVERIES_IN_FLIGHT` going; the delivery `ending` no longer counts);
+        returns whether one started."""
+        going = {key for key in self._kernel.members(self.TASKS) if key != ending}
+        started = self._core.deliveries_to_start(going, MAX_DELIVERIES_IN_FLIGHT)
+        for run in started:
+            self._kernel.spawn(self.TASKS, self._deliver(run), key=run.scheduled_time)
+        return bool(started)
 
     async def _deliver(self, run: Run) -> None:
         scheduled_time = run.scheduled_time
@@ -124,7 +121,7 @@ class Deliveries:
             self._emit(scheduled_time, event_type, **fields)
 
         result = await deliver_until(
-            settings, run_object, run.outcome(), emit, lambda: self._stopping, left
+            settings, run_object, run.outcome(), emit, self._core.deliveries_stopped, left
         )
         if isinstance(result, Interrupted):
             allowed = retries.max_attempts if left is None else left
@@ -136,10 +133,13 @@ class Deliveries:
                 )
             )
             self._core.delivery_interrupted(scheduled_time, begun, retries.max_attempts)
+            # Stopped for continue-as-new, the core starts nothing; a cancellation that came
+            # since has it delivered again here, with the attempts left.
+            self.pump(ending=scheduled_time)
             return
         self._core.delivered(scheduled_time, run_object.idempotency_key, result)
         # The run left `runs` (and maybe became a dead letter): decision state.
-        if not self._pump(ending=scheduled_time):
+        if not self.pump(ending=scheduled_time):
             self._send_progress(delivered=scheduled_time)
 
 
@@ -172,7 +172,7 @@ class Redeliveries:
     def resume_stranded(self) -> None:
         """Start again each redelivery the previous run had going when it continued as new:
         the letter came marked as being redelivered, and nothing else would ever clear it."""
-        stranded = [letter for letter in self._core.state.dead_letters if letter.redelivering]
+        stranded = self._core.stranded_redeliveries()
         if stranded and workflow.patched(RESUME_REDELIVERIES_PATCH):
             for letter in stranded:
                 self._spawn(letter)

@@ -140,7 +140,7 @@ class ScheduledRunWorkflow:
             # while this task completes is seen by the retried task, which then reports by
             # signal and delivers the outcome itself.
             if not self._report_by_signal:
-                return ScheduledRunResult(outcome=outcome, delivered=False, outcome_pending=True)
+                return ScheduledRunResult(outcome=outcome, delivered=None, outcome_pending=True)
         delivery = asyncio.create_task(
             deliver_outcome(run_input.settings, run_input.run, outcome, self._emit)
         )
@@ -309,7 +309,6 @@ async def deliver_until(
         handle.cancel()
     try:
         await handle
-        return None
     except asyncio.CancelledError:
         return Interrupted(elapsed)
     except ActivityError as failure:
@@ -317,6 +316,8 @@ async def deliver_until(
         if isinstance(cause, CancelledError) or failure.retry_state == RetryState.CANCEL_REQUESTED:
             return Interrupted(elapsed)
         return _dead_lettered(settings, run, failure, emit)
+    metrics.count(metrics.OUTCOME_DELIVERIES, result="delivered")
+    return None
 
 
 def _dead_lettered(
@@ -528,19 +529,18 @@ class RunReports:
             # The run stopped; the schedule delivers its outcome (that sends a command).
             self._stopped(run.scheduled_time, result.outcome)
             return
-        self.ended(run.scheduled_time, result.outcome, result.dead_letter_error, result.delivered)
+        self.ended(
+            run.scheduled_time,
+            result.outcome,
+            result.dead_letter_error,
+            result.delivered is not False,
+        )
         # A run's end frees a slot and forgets the run: decision state (the progress barrier).
         self._send_progress(acknowledged=run.scheduled_time)
 
     def settled(self, settled: RunSettled) -> None:
         """The `run_settled` signal: the run stopped; its slot is free."""
-        # Wake the loop only when a queued run can take the freed slot or the run's failure
-        # paused the schedule: every wake-up cancels and restarts the tick timer (two more
-        # history events).
-        was_paused = self._core.state.paused
-        if self._core.settle(settled.scheduled_time, settled.outcome, now_ms()) and (
-            self._core.queued_count() or self._core.state.paused != was_paused
-        ):
+        if self._core.settled_by_signal(settled.scheduled_time, settled.outcome, now_ms()):
             self._kernel.wake()
 
     def ended(

@@ -29,6 +29,10 @@ def next_tick_stale(published: int | None, wake_at: int | None) -> bool:
     return wake_at - published > NEXT_TICK_PUBLISH_SLACK_MS
 
 
+# The state memo of a schedule closing as cancelled (`Published.publish_closing`).
+CLOSING_STATE = "closing"
+
+
 def lifecycle_state(state: ScheduleState) -> str:
     """What `durability schedule list` shows for a schedule: `never set`, `cancelled` (a
     tombstone is stored), `paused` (a live schedule that does not tick) or `live`."""

@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron, status
     from workflows.schedule.core import (
+        Closing,
         DeadLetter,
         InvalidRequest,
         Run,
@@ -69,6 +70,19 @@ CLOSE_AFTER_RUNS_ON_CANCEL_PATCH = "close-after-runs-on-cancel"
 # (`catchup_window_ms`, `start_at`, `end_at`, `remaining_runs`, `pause_on_failure`): a run
 # recorded by a build that ignored those fields replays without them.
 SCHEDULE_BOUNDS_PATCH = "schedule-bounds"
+# Recorded when a cancellation request reaches a run that had stopped its outcome deliveries
+# to continue as new: the cancellation lifts the stop, so the run delivers what it owes and
+# closes (a run recorded before waited for deliveries that could no longer start).
+DELIVER_WHILE_CANCELLING_PATCH = "deliver-while-cancelling"
+# Recorded when a signal reaches a schedule closing as cancelled: it is dropped and counted
+# (a run recorded before applied it, and lost it with the close).
+DROP_WHILE_CLOSING_PATCH = "drop-signals-while-closing"
+# Recorded when a `trigger` falls on a time a run (or the pending tick) already holds: it
+# records its own run at the next free millisecond (a run recorded before merged into it).
+DISTINCT_TRIGGER_TIMES_PATCH = "distinct-trigger-times"
+# Recorded when a cancellation request reaches a run: it publishes its state memo `closing`
+# (a run recorded before left it `live` until the close).
+PUBLISH_CLOSING_PATCH = "publish-closing-state"
 
 
 @workflow.defn(name=SCHEDULE_WORKFLOW_TYPE, sandboxed=SANDBOXED)
@@ -132,12 +146,13 @@ class DurabilityScheduleWorkflow:
             workflow.logger.info(
                 "%s: cancellation requested; closing once its runs report", self._object_id
             )
+            self._begin_cancellation()
             await workflow.wait_condition(
-                lambda: (
-                    not self._kernel.busy(STARTS, WATCHES, Redeliveries.TASKS, Deliveries.TASKS)
-                    and not self._deliveries.pending()
-                    and not self._lifecycle.tasks
-                    and workflow.all_handlers_finished()
+                lambda: self._core.may_close_cancelled(
+                    deliveries_going=self._deliveries.going(),
+                    others_busy=self._kernel.busy(STARTS, WATCHES, Redeliveries.TASKS)
+                    or bool(self._lifecycle.tasks)
+                    or not workflow.all_handlers_finished(),
                 )
             )
             raise
@@ -145,6 +160,17 @@ class DurabilityScheduleWorkflow:
             {**self._settings.model_dump(), "carried": self._core.state}
         )
         workflow.continue_as_new(carried.model_dump(mode="json"))
+
+    def _begin_cancellation(self) -> None:
+        """Tell the core the run closes as cancelled, and start the deliveries it then says
+        to start (those a continue-as-new close had stopped)."""
+        lifts_stop = self._core.deliveries_stopped() and self._deliveries.pending() > 0
+        if lifts_stop and not workflow.patched(DELIVER_WHILE_CANCELLING_PATCH):
+            return  # recorded before: the run waits with its deliveries stopped
+        self._core.begin_cancellation()
+        if workflow.patched(PUBLISH_CLOSING_PATCH):
+            self._published.publish_closing()
+        self._deliveries.pump()
 
     async def _tick_until_history_is_long(self) -> None:
         """The schedule's life in this run: tick and start runs until the history is long,
@@ -220,9 +246,10 @@ class DurabilityScheduleWorkflow:
         outcome deliveries (stopped and carried when it closes), or the drain's allowance of
         events is spent."""
         return self._drain.over(
-            not self._kernel.busy(STARTS, Redeliveries.TASKS)
-            and not self._lifecycle.tasks
-            and self._core.queued_count() + self._deliveries.pending() == len(self._core.state.runs)
+            self._core.drained(
+                shell_busy=self._kernel.busy(STARTS, Redeliveries.TASKS)
+                or bool(self._lifecycle.tasks)
+            )
         )
 
     def _emit(self, scheduled_time: int, event_type: str, now: int, **fields: Any) -> None:
@@ -235,7 +262,14 @@ class DurabilityScheduleWorkflow:
 
     # --- messages: each handler routes its payload to the core through the kernel ---
 
+    def _check_open(self, name: str) -> None:
+        """For a signal: refuse it (dropped and counted) while the schedule closes as
+        cancelled: applied, it would be lost with the close."""
+        if self._core.closing is Closing.CANCELLED and workflow.patched(DROP_WHILE_CLOSING_PATCH):
+            self._core.check_open(name)
+
     def _apply_set(self, raw: Any) -> bool:
+        self._check_open("set")
         now = now_ms()
         request = parse_set(raw, self.next_occurrence, now)
         self._day_rule.decide(request.expression)
@@ -244,6 +278,7 @@ class DurabilityScheduleWorkflow:
         return applied
 
     def _apply_cancel(self, raw: Any) -> bool:
+        self._check_open("cancel")
         live = self._core.cancel(parse_cancel(raw))
         self._kernel.wake()
         return live
@@ -261,6 +296,7 @@ class DurabilityScheduleWorkflow:
     @set_update.validator
     def validate_set(self, raw: RawValue = NO_INPUT) -> None:
         """Reject a malformed `set` before anything is recorded."""
+        self._kernel.validate(self._core.check_open, "set")
         self._kernel.validate(parse_set, raw, self.next_occurrence, now_ms())
 
     @workflow.signal(name="cancel")
@@ -276,6 +312,7 @@ class DurabilityScheduleWorkflow:
     @cancel_update.validator
     def validate_cancel(self, raw: RawValue = NO_INPUT) -> None:
         """Reject a malformed `cancel` before anything is recorded."""
+        self._kernel.validate(self._core.check_open, "cancel")
         self._kernel.validate(parse_cancel, raw)
 
     # --- configure: the start settings changed in place (docs/contract.md 2.2) ---
@@ -287,6 +324,7 @@ class DurabilityScheduleWorkflow:
         higher `max_concurrent_runs` starts queued runs at once). Its validation reads only
         the settings, which only `configure` changes, so the validator's answer is the same
         whatever completion a cold worker applies in the same activation."""
+        self._check_open("configure")
         settings = parse_configure(raw, self._settings)
         self._settings = settings
         self._core.use_settings(settings)
@@ -309,6 +347,7 @@ class DurabilityScheduleWorkflow:
     @configure_update.validator
     def validate_configure(self, raw: RawValue = NO_INPUT) -> None:
         """Reject an empty, unknown, fixed or out-of-bounds setting before anything is recorded."""
+        self._kernel.validate(self._core.check_open, "configure")
         self._kernel.validate(parse_configure, raw, self._settings)
 
     @workflow.signal(name=RUN_SETTLED_SIGNAL)
@@ -335,6 +374,7 @@ class DurabilityScheduleWorkflow:
     @pause.validator
     def validate_pause(self, raw: RawValue = NO_INPUT) -> None:
         """Reject a note that is not a string, or too long, before anything is recorded."""
+        self._kernel.validate(self._core.check_open, "pause")
         self._kernel.validate(parse_pause, raw)
 
     @workflow.signal(name="pause")
@@ -342,7 +382,11 @@ class DurabilityScheduleWorkflow:
         """`pause` as a signal (what a batch operation can send): a bad note is logged,
         counted and dropped."""
         self._kernel.wake()
-        self._kernel.signal("pause", lambda value: self._core.pause(parse_pause(value)), raw)
+        self._kernel.signal("pause", self._pause_checked, raw)
+
+    def _pause_checked(self, raw: Any) -> bool:
+        self._check_open("pause")
+        return self._core.pause(parse_pause(raw))
 
     @workflow.update(name="unpause")
     def unpause(self, raw: RawValue = NO_INPUT) -> bool:
@@ -357,6 +401,7 @@ class DurabilityScheduleWorkflow:
         recorded (the handler would leave it unpaused with a stale `next_at`). Validators do
         not run on replay: a history that recorded such an update replays as it ran."""
         self._kernel.admit(raw)
+        self._kernel.validate(self._core.check_open, "unpause")
         self._kernel.validate(self._core.check_unpause, now_ms())
 
     @workflow.signal(name="unpause")
@@ -372,6 +417,7 @@ class DurabilityScheduleWorkflow:
     def _unpause_checked(self, now: int) -> bool:
         # Ask `next_occurrence` before anything changes: a refusal then leaves the schedule
         # paused (`ScheduleCore.unpause` clears `paused` before it asks).
+        self._check_open("unpause")
         self._core.check_unpause(now)
         return self._core.unpause(now)
 
@@ -379,7 +425,12 @@ class DurabilityScheduleWorkflow:
     def trigger(self, raw: RawValue = NO_INPUT) -> int:
         """Record a run now, outside the expression; returns its scheduled_time."""
         now = now_ms()
-        run = self._kernel.update(self._core.trigger, now)
+        # Each trigger its own run: one that falls on a time already held takes the next free
+        # millisecond (a history recorded before merged it into the run holding the time).
+        distinct = not self._core.trigger_merges(now) or workflow.patched(
+            DISTINCT_TRIGGER_TIMES_PATCH
+        )
+        run = self._kernel.update(self._core.trigger, now, distinct=distinct)
         self._emit_recorded([run], now)
         return run.scheduled_time
 
@@ -387,6 +438,7 @@ class DurabilityScheduleWorkflow:
     def validate_trigger(self, raw: RawValue = NO_INPUT) -> None:
         """Reject a trigger with no live schedule, or no room for its run."""
         self._kernel.admit(raw)
+        self._kernel.validate(self._core.check_open, "trigger")
         self._kernel.validate(self._core.check_live, "trigger")
         self._kernel.validate(self._core.check_room, 1, "trigger")
 
@@ -404,6 +456,7 @@ class DurabilityScheduleWorkflow:
     @backfill.validator
     def validate_backfill(self, raw: RawValue = NO_INPUT) -> None:
         """Reject a malformed, future or too large range before anything is recorded."""
+        self._kernel.validate(self._core.check_open, "backfill")
         self._kernel.validate(self._check_backfill, raw)
 
     def _check_backfill(self, raw: Any) -> None:
@@ -412,7 +465,7 @@ class DurabilityScheduleWorkflow:
         self._core.check_room(len(unrecorded), "backfill")
 
     def _emit_recorded(self, runs: list[Run], now: int) -> None:
-        queued = self._core.running_count() >= self._core.max_concurrent_runs
+        queued = self._core.new_runs_wait()
         for run in runs:
             self._emit(run.scheduled_time, "due", now, queued=queued)
         self._kernel.wake()
@@ -430,6 +483,7 @@ class DurabilityScheduleWorkflow:
     @redeliver.validator
     def validate_redeliver(self, raw: RawValue = NO_INPUT) -> None:
         """Reject a key with no dead letter, or one being redelivered."""
+        self._kernel.validate(self._core.check_open, "redeliver")
         self._kernel.validate(lambda value: self._core.redeliverable(parse_redeliver(value)), raw)
 
     def _redelivered(self, letter: DeadLetter) -> None:
