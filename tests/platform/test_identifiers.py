@@ -51,7 +51,7 @@ async def test_the_client_refuses_a_bad_id_naming_it_and_creates_nothing(
     with pytest.raises(InvalidRequest, match="object_id"):
         await durability.signal_set_schedule(bad, "@hourly", 1)
     with pytest.raises(InvalidRequest, match="ledger_id"):
-        await durability.enqueue(bad, [{"id": "op", "operation_type": "t"}])
+        await durability.enqueue(bad, [{"id": "op", "operation_type": "t", "participants": ["c"]}])
     with pytest.raises(InvalidRequest, match="ledger_id"):
         await durability.snapshot(bad)
     if bad.strip() == bad and bad:  # IDs a shell can pass as they are
@@ -124,7 +124,9 @@ async def test_ids_at_the_limit_run_and_upsert_their_search_attributes(
     async with running_worker(client, task_queue):
         assert await durability.set_schedule(object_id, "@every 1s", 1)
         assert await durability.trigger_schedule(object_id)
-        assert await durability.enqueue(object_id, [{"id": "op", "operation_type": "t"}])
+        assert await durability.enqueue(
+            object_id, [{"id": "op", "operation_type": "t", "participants": ["c"]}]
+        )
 
         async def both_upserted() -> bool:
             schedule = await search_attribute(
