@@ -55,17 +55,40 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durability.connect import connect_client, task_queue
 from durability.errors import DurabilityError, NoWorkerError
+from workflows import ledger as _ledger
 from workflows import search_attributes
 from workflows.ledger import LEDGER_WORKFLOW as LEDGER_WORKFLOW
-from workflows.ledger import ledger_workflow_id as ledger_workflow_id
+from workflows.limits import any_id_problem
 from workflows.schedule import SCHEDULE_WORKFLOW_TYPE
-from workflows.schedule.models import schedule_workflow_id as schedule_workflow_id
+from workflows.schedule import models as _schedule_models
 from workflows.validation import (
     FORMER_TYPE,
     INVALID_START_INPUT,
     InvalidRequest,
     format_validation_error,
 )
+
+
+def schedule_workflow_id(object_id: str) -> str:
+    """`schedule:<object_id>`; InvalidRequest naming the ID when it cannot be one (empty,
+    blank, spaces around it, control characters, over Temporal's limits). Every call for
+    an object goes through here, so a bad ID is refused before anything is sent."""
+    _check_id("object_id", object_id)
+    return _schedule_models.schedule_workflow_id(object_id)
+
+
+def ledger_workflow_id(ledger_id: str) -> str:
+    """`ledger:<ledger_id>`; InvalidRequest naming the ID when it cannot be one (see
+    `schedule_workflow_id`)."""
+    _check_id("ledger_id", ledger_id)
+    return _ledger.ledger_workflow_id(ledger_id)
+
+
+def _check_id(field: str, value: str) -> None:
+    problem = any_id_problem(field, value)
+    if problem is not None:
+        raise InvalidRequest(problem)
+
 
 # The workflows' validators (their state machines, the cron reader and the ledger's models) are
 # imported by the calls that check input with them: a command that only reads loads none.

@@ -36,18 +36,24 @@ be imported beside it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import WorkerConfig
+from temporalio.worker import WorkerConfig, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from durability import settings
 from durability.codec import EncryptionCodec
 from durability.connect import data_converter, interceptors
-from durability.registry import all_workflows, builtin_activities
+from durability.registry import (
+    PASSTHROUGH_PACKAGES,
+    all_workflows,
+    builtin_activities,
+)
 from durability.settings import ConfigurationError
 
 if TYPE_CHECKING:
@@ -59,6 +65,18 @@ PLUGIN_NAME = "durability"
 def _activity_name(activity: Callable[..., Any]) -> str:
     definition = getattr(activity, "__temporal_activity_definition", None)
     return str(getattr(definition, "name", None) or getattr(activity, "__name__", ""))
+
+
+def _passing_ours_through(runner: WorkflowRunner | None) -> WorkflowRunner:
+    """The worker's workflow runner, its sandbox (if it has one) passing durability's
+    packages through: a user's workflow module that imports the plugin is re-imported by the
+    sandbox, and with it everything it imports, which some C extensions (`cryptography`,
+    under the codec) do not survive."""
+    runner = runner or SandboxedWorkflowRunner()
+    if isinstance(runner, SandboxedWorkflowRunner):
+        restrictions = runner.restrictions.with_passthrough_modules(*PASSTHROUGH_PACKAGES)
+        return dataclasses.replace(runner, restrictions=restrictions)
+    return runner
 
 
 class DurabilityPlugin(SimplePlugin):
@@ -87,6 +105,7 @@ class DurabilityPlugin(SimplePlugin):
             interceptors=interceptors(),
             workflows=self._workflows,
             activities=self._activities,
+            workflow_runner=_passing_ours_through,
         )
 
     def _data_converter(self, _existing: DataConverter | None) -> DataConverter:

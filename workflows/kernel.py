@@ -14,6 +14,11 @@ rather than about its capability lives here, in one `ShellKernel` each shell hol
   the value (`rejected_as`). A signal of the same name is parsed and applied, or dropped
   (`signal`): counted through the core, logged, never raised (a signal handler that raises
   fails the workflow task, and Temporal retries that task forever).
+- **Message payloads** are taken undecoded too (`RawValue`) and read by the kernel
+  (`read_message`): a payload larger than `MAX_MESSAGE_BYTES`, or one the converter cannot
+  decode (JSON nested deeper than it reads), is refused as `InvalidRequest` naming the message,
+  as an update's rejection, a dropped signal or a failed query, where the SDK would have
+  rejected it as a retryable `RuntimeError` or dropped the signal uncounted.
 - **One wake flag** (`wake`, `woken`, `clear_wake`): set by anything that changes what the
   main loop would decide.
 - **Background tasks** (`spawn`, `members`, `busy`): tasks in groups named for what they are
@@ -58,6 +63,16 @@ Each works around a Temporal or SDK behaviour; each says what it guards and when
 - **A sandbox-wrapped `ZoneInfo`**: `ZoneInfo`'s shared cache can hand back an instance the
   workflow sandbox wrapped, which `datetime` then rejects. Guard: `workflows.schedule.cron`
   keeps its own cache of private instances. Delete when the sandbox passes `zoneinfo` through.
+- **An update over the server's payload limit wedges the workflow**
+  (docs/upstream-update-rejection.md): sdk-core echoes the whole request in an update's
+  rejection and in its acceptance. Over the server's 2 MB limit, the SDK's own check fails
+  that workflow task, and every retry of it (the update is delivered again each time);
+  without that check the server terminates the workflow. No workflow code can answer such an
+  update. Guard, for what workflow code can do: every validator refuses a payload over
+  `MAX_MESSAGE_BYTES` (`read_message`, `admit`), so an update is refused at once under the
+  server's limit and none larger than the product's own bound is ever accepted. Delete when
+  the server refuses such updates before they reach a worker, or their rejection no longer
+  carries the request.
 - **Interpreter finalization abort** (temporalio/sdk-python#300): the SDK's Rust threads can
   call into Python while it finalizes. Guard: `worker.py` leaves with `os._exit` after its
   drain. Delete with the upstream fix.
@@ -81,8 +96,9 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.limits import MAX_MESSAGE_BYTES
     from workflows.search_attributes import STATUS_MEMO_KEY
-    from workflows.validation import FORMER_TYPE, INVALID_START_INPUT
+    from workflows.validation import FORMER_TYPE, INVALID_START_INPUT, InvalidRequest
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -95,6 +111,12 @@ CLOSE_WITHOUT_UPDATE_PATCH = "close-in-a-task-without-updates"
 # Recorded (as a patch marker) when a new run refuses a start setting that earlier releases
 # converted or ignored (`workflows.validation`): runs recorded without it keep the setting.
 STRICT_START_PATCH = "strict-start-settings"
+# Recorded (as a patch marker) when a new run refuses its object or ledger ID by its
+# characters (empty, blank, spaces around it, control characters), which earlier releases took.
+STRICT_ID_PATCH = "strict-identifiers"
+# Recorded (as a patch marker) when a run first drops a signal for its payload's size, which
+# earlier releases applied.
+BOUNDED_SIGNALS_PATCH = "bounded-signal-payloads"
 # The timer that asks Temporal for the next workflow task.
 NEXT_TASK_DELAY = timedelta(milliseconds=1)
 # Under a steady stream of updates every task may deliver one: a run closes anyway after
@@ -116,6 +138,30 @@ def decode_start_input(input: Any) -> Any:
         return workflow.payload_converter().from_payload(input.payload)
     except Exception as error:  # the converter raises whatever its decoder raises
         raise ValueError(f"the input cannot be decoded: {error}") from None
+
+
+def read_message(what: str, raw: Any, *, bounded: bool = True) -> Any:
+    """A message's payload, taken undecoded (`RawValue`), as JSON values (a value already
+    decoded is returned as it is). InvalidRequest naming `what` when it is larger than
+    MAX_MESSAGE_BYTES (`bounded`) or cannot be decoded.
+
+    An update's payload is bounded in its validator, so that no update larger than the
+    product's own bound is accepted (see "An update over the server's payload limit" above).
+    A handler reads its update unbounded: what was accepted is applied, on replay too."""
+    if not isinstance(raw, RawValue):
+        return raw
+    size = raw.payload.ByteSize()
+    if bounded and size > MAX_MESSAGE_BYTES:
+        raise InvalidRequest(f"{what} payload is {size} bytes, more than {MAX_MESSAGE_BYTES}")
+    try:
+        return workflow.payload_converter().from_payload(raw.payload, Any)
+    except Exception as error:  # the converter raises whatever its decoder raises
+        raise InvalidRequest(f"{what} payload cannot be decoded: {error!s:.200}") from None
+
+
+def _message_name(default: str) -> str:
+    info = workflow.current_update_info()
+    return default if info is None else f"{info.name} update"
 
 
 def refusal(
@@ -198,11 +244,20 @@ class ShellKernel:
 
     # --- start input
 
-    def check_start(self, error: str | None, coerced: str | None, former_type: str) -> None:
+    def check_start(
+        self,
+        error: str | None,
+        coerced: str | None,
+        former_type: str,
+        bad_id: str | None = None,
+    ) -> None:
         """First in `run`: fail the run once (`InvalidStartInput`, naming the problem; its
         details name `former_type`, the 0.1.0 name) when its start input is refused. A
-        setting only a lax reading accepts (`coerced`) is refused for runs started from now
-        on; a run recorded before (no patch marker) keeps it."""
+        setting only a lax reading accepts (`coerced`), and an ID refused by its characters
+        (`bad_id`), are refused for runs started from now on; a run recorded before (no
+        patch marker) keeps them."""
+        if error is None and bad_id is not None and workflow.patched(STRICT_ID_PATCH):
+            error = bad_id
         if error is None and coerced is not None and workflow.patched(STRICT_START_PATCH):
             error = coerced
         if error is not None:
@@ -210,28 +265,46 @@ class ShellKernel:
 
     # --- message intake
 
-    def validate(self, parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> None:
-        """In an update's validator: `parse(*args)`, its refusal the update's rejection."""
-        with rejected_as(self._refusal, former_types=self.former_types):
-            parse(*args, **kwargs)
+    def validate(self, parse: Callable[..., T], *args: Any, **kwargs: Any) -> None:
+        """In an update's validator: `parse(*args)`, each `RawValue` argument read (bounded)
+        by `read_message`, its refusal the update's rejection."""
+        with rejected_as(self._refusal, InvalidRequest, former_types=self.former_types):
+            what = _message_name("update")
+            parse(*(read_message(what, arg) for arg in args), **kwargs)
 
-    def update(self, parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    def admit(self, raw: Any) -> None:
+        """In an update's validator whose checks do not read the payload: refuse one too large
+        or unreadable all the same (see `read_message`)."""
+        self.validate(lambda _: None, raw)
+
+    def update(self, parse: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """First in an update's handler: note the delivery, then `parse(*args)` (or apply:
-        any call whose refusal is the update's rejection)."""
+        any call whose refusal is the update's rejection), each `RawValue` argument read as
+        its validator accepted it."""
         self._deliveries.note()
-        with rejected_as(self._refusal, former_types=self.former_types):
-            return parse(*args, **kwargs)
+        with rejected_as(self._refusal, InvalidRequest, former_types=self.former_types):
+            what = _message_name("update")
+            return parse(*(read_message(what, arg, bounded=False) for arg in args), **kwargs)
 
-    def signal(
-        self, name: str, parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs
-    ) -> T | None:
-        """In a signal's handler: `parse(*args)`, or None when refused: the signal is dropped
-        (counted and logged)."""
+    def signal(self, name: str, parse: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+        """In a signal's handler: `parse(*args)`, each `RawValue` argument read by
+        `read_message`, or None when refused: the signal is dropped (counted and logged)."""
         try:
-            return parse(*args, **kwargs)
-        except self._refusal as error:
+            values = [self._signal_payload(name, arg) for arg in args]
+            return parse(*values, **kwargs)
+        except (self._refusal, InvalidRequest) as error:
             self.drop(name, error)
             return None
+
+    def _signal_payload(self, name: str, raw: Any) -> Any:
+        what = f"{name} signal"
+        try:
+            return read_message(what, raw)
+        except InvalidRequest:
+            # Earlier releases applied a large signal: a run recorded by them replays so.
+            if isinstance(raw, RawValue) and not workflow.patched(BOUNDED_SIGNALS_PATCH):
+                return read_message(what, raw, bounded=False)
+            raise
 
     def drop(self, name: str, error: Exception) -> None:
         """Count and log a signal that cannot be applied."""

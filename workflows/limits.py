@@ -9,6 +9,8 @@ a bad one fails the workflow once, naming the field (`InvalidStartInput`). See a
 
 from __future__ import annotations
 
+import json
+import unicodedata
 from typing import Annotated, Any
 
 from pydantic import AfterValidator
@@ -18,6 +20,12 @@ MAX_NAME_BYTES = 1000
 # An object or ledger ID as UTF-8: its children's workflow IDs (`schedule-run:<id>:<time>`,
 # `request:<id>:<uuid>`) stay under MAX_NAME_BYTES, its search attribute under 2 KiB.
 MAX_ID_BYTES = 900
+# Temporal's limit on one Keyword search attribute value (`DurabilityObjectId`,
+# `DurabilityLedgerId`), which the server measures on the value as the SDK sends it: JSON with
+# every non-ASCII character escaped (`ü` is `\u00fc`, 6 bytes; an emoji 12), quotes included.
+MAX_KEYWORD_BYTES = 2048
+# Format characters an ID may hold: the zero-width (non-)joiners inside emoji and scripts.
+ALLOWED_FORMAT_CHARACTERS = frozenset("\u200c\u200d")
 RESERVED_TASK_QUEUE_PREFIX = "/_sys/"
 # A RetryPolicy's `maximum_attempts` is an int32 in Temporal's protobuf.
 MAX_INT32 = 2**31 - 1
@@ -26,6 +34,11 @@ MAX_INT32 = 2**31 - 1
 # a few levels deeper (run objects, continue-as-new inputs), and the Python SDK's converter
 # reads no JSON nested over 200 levels: a deeper value would be accepted, then unreadable.
 MAX_JSON_DEPTH = 64
+
+# The largest update, signal or query argument a workflow takes, as the payload it receives.
+# The product's client sends at most 256 KiB; a larger one from another caller is refused by
+# the update's validator (see `workflows.kernel.read_message` for why it must be).
+MAX_MESSAGE_BYTES = 512 * 1024
 
 
 def utf8_bytes(value: str) -> int:
@@ -49,12 +62,47 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
+def keyword_bytes(value: str) -> int:
+    """`value`'s size as Temporal measures a Keyword search attribute's value."""
+    return len(json.dumps(value))
+
+
 def id_problem(field: str, value: str) -> str | None:
-    """Why `value` cannot be an object or ledger ID, or None."""
+    """Why `value` cannot be an object or ledger ID by its size, or None."""
     size = utf8_bytes(value)
     if size > MAX_ID_BYTES:
         return f"{field} is {size} bytes as UTF-8, more than {MAX_ID_BYTES}"
+    measured = keyword_bytes(value)
+    if measured > MAX_KEYWORD_BYTES:
+        return (
+            f"{field} is {measured} bytes as a search attribute value (non-ASCII characters "
+            f"escaped), more than Temporal's {MAX_KEYWORD_BYTES}"
+        )
     return None
+
+
+def id_form_problem(field: str, value: str) -> str | None:
+    """Why `value` cannot be an object or ledger ID by its characters, or None: empty, blank,
+    spaces around it, or a control, format, separator or surrogate character."""
+    if not value.strip():
+        return f"{field} must not be empty or blank, got {value!r}"
+    if value != value.strip():
+        return f"{field} must not start or end with spaces, got {value!r:.120}"
+    for index, char in enumerate(value):
+        category = unicodedata.category(char)
+        if category in ("Cc", "Cs", "Zl", "Zp") or (
+            category == "Cf" and char not in ALLOWED_FORMAT_CHARACTERS
+        ):
+            return (
+                f"{field} must not hold control characters, got U+{ord(char):04X} at "
+                f"{index} in {value!r:.120}"
+            )
+    return None
+
+
+def any_id_problem(field: str, value: str) -> str | None:
+    """Why `value` cannot be an object or ledger ID at all (`id_form_problem`, `id_problem`)."""
+    return id_form_problem(field, value) or id_problem(field, value)
 
 
 def _activity_name(value: str) -> str:

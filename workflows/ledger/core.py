@@ -77,7 +77,7 @@ from workflows.ledger.models import (
     SkipInput,
     StopInput,
 )
-from workflows.limits import MAX_JSON_DEPTH, id_problem, json_depth
+from workflows.limits import MAX_JSON_DEPTH, id_form_problem, id_problem, json_depth
 from workflows.validation import InvalidRequest as InvalidRequest
 from workflows.validation import (
     configured,
@@ -1563,6 +1563,9 @@ class Start:
     error: str | None = None
     # A setting only a lax reading accepts (see `workflows.validation`), None when none.
     coerced: str | None = None
+    # Why the ID is refused by its characters (empty, blank, spaces around it, control
+    # characters), for a run started afresh; runs recorded before keep it.
+    bad_id: str | None = None
 
 
 def read_start(read: Callable[[], Any], workflow_id: str) -> Start:
@@ -1580,9 +1583,12 @@ def read_start(read: Callable[[], Any], workflow_id: str) -> Start:
     if problem is not None:
         error = error or f"invalid OperationLedger input: {problem}"
         ledger_id = ledger_id[:100]
+    # A run continued as new carries its state: its ID was taken when it first started.
+    bad_form = None if start.carried_state else id_form_problem("ledger_id", ledger_id)
+    bad_id = None if bad_form is None else f"invalid OperationLedger input: {bad_form}"
     state = start.carried_state or LedgerState(ledger_id=ledger_id)
     counters_of(state)  # seeded now, from the state as it came
-    return Start(config, ledger_id, state, error, coerced)
+    return Start(config, ledger_id, state, error, coerced, bad_id)
 
 
 # Start fields `configure` cannot change, each with why (docs/contract.md 3.3).

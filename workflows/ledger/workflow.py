@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         decode_start_input,
         history_long,
         now_ms,
+        read_message,
         rejected_as,
     )
     from workflows.ledger import LEDGER_WORKFLOW, core
@@ -84,6 +85,7 @@ class OperationLedgerWorkflow:
         # would fail every workflow task; this way the ledger fails once, naming the field.
         start = core.read_start(lambda: decode_start_input(input), workflow.info().workflow_id)
         self._start_error, self._start_coerced = start.error, start.coerced
+        self._start_bad_id = start.bad_id
         self._config, self._ledger_id, self._state = start.config, start.ledger_id, start.state
         self._recovery_error: str | None = None
         try:
@@ -113,7 +115,9 @@ class OperationLedgerWorkflow:
     @workflow.run
     async def run(self, input: RawValue = NO_INPUT) -> dict[str, Any]:
         """Pump until stopped; continue-as-new when history grows (L14)."""
-        self._kernel.check_start(self._start_error, self._start_coerced, "InvalidLedgerInput")
+        self._kernel.check_start(
+            self._start_error, self._start_coerced, "InvalidLedgerInput", self._start_bad_id
+        )
         if self._recovery_error is not None:
             raise ApplicationError(
                 self._recovery_error, type="LedgerRecoveryConflict", non_retryable=True
@@ -250,18 +254,18 @@ class OperationLedgerWorkflow:
     # ------------------------------------------------------------ enqueue (L2)
 
     @workflow.update(name="enqueue")
-    async def enqueue(self, raw: Any = None) -> EnqueueResult:
+    async def enqueue(self, raw: RawValue = NO_INPUT) -> EnqueueResult:
         """Record intents; returns accepted, duplicate and conflicting IDs once recorded."""
         return self._enqueue(self._kernel.update(core.validate_enqueue, self._state, raw))
 
     @enqueue.validator
-    def validate_enqueue(self, raw: Any = None) -> None:
+    def validate_enqueue(self, raw: RawValue = NO_INPUT) -> None:
         """Reject malformed intents, repeated IDs, cycles, operations that could never
         dispatch (no participants); nothing is recorded."""
         self._kernel.validate(core.validate_enqueue, self._state, raw, self._config)
 
     @workflow.signal(name="enqueue")
-    def enqueue_signal(self, raw: Any = None) -> None:
+    def enqueue_signal(self, raw: RawValue = NO_INPUT) -> None:
         """`enqueue` as a signal; its conflicts are counted (`signal_conflicts`) and logged."""
         batch = self._kernel.signal(
             "enqueue",
@@ -293,7 +297,7 @@ class OperationLedgerWorkflow:
     # ------------------------------------------------------------ hold / release (L12)
 
     @workflow.update(name="hold")
-    async def hold(self, raw: Any = None) -> str:
+    async def hold(self, raw: RawValue = NO_INPUT) -> str:
         """Stop new launches until the returned token is released: the caller's own
         (`{"token": T}`, idempotent) or one made up here (`{}`)."""
         generated = str(workflow.uuid4())
@@ -301,22 +305,22 @@ class OperationLedgerWorkflow:
         return core.hold(self._state, token)
 
     @hold.validator
-    def validate_hold(self, raw: Any = None) -> None:
+    def validate_hold(self, raw: RawValue = NO_INPUT) -> None:
         """A running ledger, `{}` or `{"token": str}`, within the bound on tokens."""
         self._kernel.validate(core.validate_hold, self._state, raw)
 
     @workflow.update(name="release")
-    async def release(self, raw: Any = None) -> bool:
+    async def release(self, raw: RawValue = NO_INPUT) -> bool:
         """Release one hold token."""
         return self._release(self._kernel.update(core.parse_release, raw).token)
 
     @release.validator
-    def validate_release(self, raw: Any = None) -> None:
+    def validate_release(self, raw: RawValue = NO_INPUT) -> None:
         """The token must be one currently held."""
         self._kernel.validate(core.validate_release, self._state, raw)
 
     @workflow.signal(name="release")
-    def release_signal(self, raw: Any = None) -> None:
+    def release_signal(self, raw: RawValue = NO_INPUT) -> None:
         """`release` as a signal; a token not held is dropped too."""
         release = self._kernel.signal("release", core.parse_release, raw)
         if release is not None and not self._release(release.token):
@@ -330,7 +334,7 @@ class OperationLedgerWorkflow:
     # ------------------------------------------------------------ settle (L12)
 
     @workflow.update(name="settle")
-    async def settle(self, raw: Any = None) -> dict[str, Any]:
+    async def settle(self, raw: RawValue = NO_INPUT) -> dict[str, Any]:
         """Return once no attempt is in progress (compile, submit, query), with the counts."""
         self._kernel.update(core.validate_empty, self._state, "settle", raw)
         await workflow.wait_condition(
@@ -339,24 +343,24 @@ class OperationLedgerWorkflow:
         return core.settle_result(self._state)
 
     @settle.validator
-    def validate_settle(self, raw: Any = None) -> None:
+    def validate_settle(self, raw: RawValue = NO_INPUT) -> None:
         """`{}` on a running ledger."""
         self._kernel.validate(core.validate_empty, self._state, "settle", raw)
 
     # ------------------------------------------------------------ resume (L13) / skip
 
     @workflow.update(name="resume")
-    async def resume(self, raw: Any = None) -> dict[str, list[str]]:
+    async def resume(self, raw: RawValue = NO_INPUT) -> dict[str, list[str]]:
         """Retry blocked requests with their frozen body and re-examine every operation."""
         return {"resumed": self._kernel.update(self._resume)}
 
     @resume.validator
-    def validate_resume(self, raw: Any = None) -> None:
+    def validate_resume(self, raw: RawValue = NO_INPUT) -> None:
         """`{}` on a running ledger."""
         self._kernel.validate(core.validate_empty, self._state, "resume", raw)
 
     @workflow.signal(name="resume")
-    def resume_signal(self, raw: Any = None) -> None:
+    def resume_signal(self, raw: RawValue = NO_INPUT) -> None:
         """`resume` as a signal."""
         parsed = self._kernel.signal("resume", core.validate_empty, self._state, "resume", raw)
         if parsed is not None:
@@ -368,18 +372,18 @@ class OperationLedgerWorkflow:
         return touched
 
     @workflow.update(name="skip")
-    async def skip(self, raw: Any = None) -> bool:
+    async def skip(self, raw: RawValue = NO_INPUT) -> bool:
         """Resolve a stuck operation as `skipped`; its dependents proceed (see core)."""
         self._skip(self._kernel.update(core.validate_skip, self._state, raw))
         return True
 
     @skip.validator
-    def validate_skip(self, raw: Any = None) -> None:
+    def validate_skip(self, raw: RawValue = NO_INPUT) -> None:
         """Known, unresolved, not in flight."""
         self._kernel.validate(core.validate_skip, self._state, raw)
 
     @workflow.signal(name="skip")
-    def skip_signal(self, raw: Any = None) -> None:
+    def skip_signal(self, raw: RawValue = NO_INPUT) -> None:
         """`skip` as a signal."""
         parsed = self._kernel.signal("skip", core.validate_skip, self._state, raw)
         if parsed is not None:
@@ -406,19 +410,19 @@ class OperationLedgerWorkflow:
         return core.settings_of(config, self._ledger_id)
 
     @workflow.update(name="configure")
-    async def configure(self, raw: Any = None) -> dict[str, Any]:
+    async def configure(self, raw: RawValue = NO_INPUT) -> dict[str, Any]:
         """Change start settings in place; returns the settings now in effect."""
         return self._configure(
             self._kernel.update(core.validate_configure, self._state, raw, self._config)
         )
 
     @configure.validator
-    def validate_configure(self, raw: Any = None) -> None:
+    def validate_configure(self, raw: RawValue = NO_INPUT) -> None:
         """Reject an empty, unknown, fixed or out-of-bounds setting before anything is recorded."""
         self._kernel.validate(core.validate_configure, self._state, raw, self._config)
 
     @workflow.signal(name="configure")
-    def configure_signal(self, raw: Any = None) -> None:
+    def configure_signal(self, raw: RawValue = NO_INPUT) -> None:
         """`configure` as a signal; a bad payload is dropped (counted and logged)."""
         config = self._kernel.signal(
             "configure", core.validate_configure, self._state, raw, self._config
@@ -429,7 +433,7 @@ class OperationLedgerWorkflow:
     # ------------------------------------------------------------ stop
 
     @workflow.update(name="stop")
-    async def stop(self, raw: Any = None) -> dict[str, Any]:
+    async def stop(self, raw: RawValue = NO_INPUT) -> dict[str, Any]:
         """Stop dispatching, cancel what is in flight, ask the far side about every request
         it may have received (`_ask_before_stopping`), complete with the final result."""
         bound = self._kernel.update(core.begin_stop, self._state, raw)
@@ -451,7 +455,7 @@ class OperationLedgerWorkflow:
         return self._final
 
     @stop.validator
-    def validate_stop(self, raw: Any = None) -> None:
+    def validate_stop(self, raw: RawValue = NO_INPUT) -> None:
         """`{}` or `{"query_limit"?, "query_deadline_ms"?}`, once."""
         self._kernel.validate(core.validate_stop, self._state, raw)
 
@@ -492,7 +496,7 @@ class OperationLedgerWorkflow:
     # ------------------------------------------------------------ child reports
 
     @workflow.signal(name="request_progress")
-    def request_progress(self, raw: Any = None) -> None:
+    def request_progress(self, raw: RawValue = NO_INPUT) -> None:
         """A non-final attempt of a frozen request (attempt, retry_at, next action)."""
         report = self._kernel.signal("request_progress", core.parse_report, raw)
         recorded = report is not None and core.record_attempt(self._state, report)
@@ -500,7 +504,7 @@ class OperationLedgerWorkflow:
             self._kernel.wake()  # its slot is free (L4), its retry is to be granted
 
     @workflow.signal(name="request_finished")
-    def request_finished(self, raw: Any = None) -> None:
+    def request_finished(self, raw: RawValue = NO_INPUT) -> None:
         """A frozen request resolved or blocked."""
         report = self._kernel.signal("request_finished", core.parse_report, raw)
         # A request's end, reported by this signal or its child's result (whichever is first).
@@ -510,11 +514,11 @@ class OperationLedgerWorkflow:
     # ------------------------------------------------------------ queries
 
     @workflow.query(name="snapshot")
-    def snapshot(self, raw: Any = None) -> dict[str, Any]:
+    def snapshot(self, raw: RawValue = NO_INPUT) -> dict[str, Any]:
         """One page of operations with their requests, counts per phase, claims, holds.
         Optional argument: `{"phase", "after", "limit"}` (see `core.SnapshotQuery`)."""
         with rejected_as(core.InvalidRequest, former_types=core.FORMER_REFUSAL_TYPES):
-            query = core.parse_snapshot_query(raw)
+            query = core.parse_snapshot_query(read_message("snapshot query argument", raw))
         return core.snapshot(self._state, query)
 
     @workflow.query(name="settings")

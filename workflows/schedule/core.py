@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from workflows.budget import STATE_BUDGET_BYTES
-from workflows.limits import MAX_JSON_DEPTH, id_problem, json_depth
+from workflows.limits import MAX_JSON_DEPTH, id_form_problem, id_problem, json_depth
 from workflows.schedule.cron import NextOccurrence
 from workflows.schedule.models import (
     MAX_DELAY_MS,
@@ -238,6 +238,9 @@ class Start:
     error: str | None = None
     # A setting only a lax reading accepts (see `workflows.validation`), None when none.
     coerced: str | None = None
+    # Why the ID is refused by its characters (empty, blank, spaces around it, control
+    # characters), for a run started afresh; runs recorded before keep it.
+    bad_id: str | None = None
 
 
 def parse_start(decode: Callable[[], object], workflow_id: str) -> Start:
@@ -253,10 +256,13 @@ def parse_start(decode: Callable[[], object], workflow_id: str) -> Start:
     if bad_id is not None:
         problem = problem or f"invalid DurabilitySchedule input: {bad_id}"
         object_id = object_id[:100]
+    # A run continued as new carries its state: its ID was taken when it first started.
+    bad_form = id_form_problem("object_id", object_id) if start.carried is None else None
     settings = ScheduleInput.model_validate(
         {**start.model_dump(exclude={"carried"}), "object_id": object_id}
     )
-    return Start(settings, start.carried, problem, coerced)
+    bad_id = None if bad_form is None else f"invalid DurabilitySchedule input: {bad_form}"
+    return Start(settings, start.carried, problem, coerced, bad_id)
 
 
 # Start fields `configure` cannot change, each with why (docs/contract.md 2.2).

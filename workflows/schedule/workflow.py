@@ -19,7 +19,14 @@ from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
     from workflows import SANDBOXED, metrics
-    from workflows.kernel import NO_INPUT, ShellKernel, decode_start_input, now_ms, rejected_as
+    from workflows.kernel import (
+        NO_INPUT,
+        ShellKernel,
+        decode_start_input,
+        now_ms,
+        read_message,
+        rejected_as,
+    )
     from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron, status
     from workflows.schedule.core import (
         Closing,
@@ -135,7 +142,8 @@ class DurabilityScheduleWorkflow:
         """Tick, start runs, sleep until the next tick or a message; continue-as-new. A
         cancellation request (the UI's Request Cancellation) closes the schedule as cancelled
         once every run it started has reported."""
-        self._kernel.check_start(self._start.error, self._start.coerced, "InvalidScheduleInput")
+        start = self._start
+        self._kernel.check_start(start.error, start.coerced, "InvalidScheduleInput", start.bad_id)
         self._redeliveries.resume_stranded()
         self._deliveries.resume()
         try:
@@ -288,34 +296,34 @@ class DurabilityScheduleWorkflow:
         return live
 
     @workflow.signal(name="set")
-    def set_signal(self, raw: Any = None) -> None:
+    def set_signal(self, raw: RawValue = NO_INPUT) -> None:
         """`set` as a signal: a bad payload is logged, counted and dropped (S2)."""
         self._kernel.signal("set", self._apply_set, raw)
 
     @workflow.update(name="set")
-    def set_update(self, raw: Any = None) -> bool:
+    def set_update(self, raw: RawValue = NO_INPUT) -> bool:
         """`set` as an update: returns whether the version was stored (S3)."""
         return self._kernel.update(self._apply_set, raw)
 
     @set_update.validator
-    def validate_set(self, raw: Any = None) -> None:
+    def validate_set(self, raw: RawValue = NO_INPUT) -> None:
         """Reject a malformed `set` before anything is recorded."""
         self._kernel.validate(self._core.check_open, "set")
         builtin = self._day_rule.builtin
         self._kernel.validate(parse_new_set, raw, self.next_occurrence, now_ms(), builtin=builtin)
 
     @workflow.signal(name="cancel")
-    def cancel_signal(self, raw: Any = None) -> None:
+    def cancel_signal(self, raw: RawValue = NO_INPUT) -> None:
         """`cancel` as a signal: a bad payload is logged, counted and dropped."""
         self._kernel.signal("cancel", self._apply_cancel, raw)
 
     @workflow.update(name="cancel")
-    def cancel_update(self, raw: Any = None) -> bool:
+    def cancel_update(self, raw: RawValue = NO_INPUT) -> bool:
         """`cancel` as an update: returns whether a schedule was live (S5)."""
         return self._kernel.update(self._apply_cancel, raw)
 
     @cancel_update.validator
-    def validate_cancel(self, raw: Any = None) -> None:
+    def validate_cancel(self, raw: RawValue = NO_INPUT) -> None:
         """Reject a malformed `cancel` before anything is recorded."""
         self._kernel.validate(self._core.check_open, "cancel")
         self._kernel.validate(parse_cancel, raw)
@@ -346,17 +354,17 @@ class DurabilityScheduleWorkflow:
         return settings_of(settings)
 
     @workflow.signal(name="configure")
-    def configure_signal(self, raw: Any = None) -> None:
+    def configure_signal(self, raw: RawValue = NO_INPUT) -> None:
         """`configure` as a signal: a bad payload is logged, counted and dropped."""
         self._kernel.signal("configure", self._apply_configure, raw)
 
     @workflow.update(name="configure")
-    def configure_update(self, raw: Any = None) -> dict[str, Any]:
+    def configure_update(self, raw: RawValue = NO_INPUT) -> dict[str, Any]:
         """`configure` as an update: returns the settings now in effect."""
         return self._kernel.update(self._apply_configure, raw)
 
     @configure_update.validator
-    def validate_configure(self, raw: Any = None) -> None:
+    def validate_configure(self, raw: RawValue = NO_INPUT) -> None:
         """Reject an empty, unknown, fixed or out-of-bounds setting before anything is recorded."""
         self._kernel.validate(self._core.check_open, "configure")
         self._kernel.validate(parse_configure, raw, self._settings)
@@ -376,20 +384,20 @@ class DurabilityScheduleWorkflow:
     # --- pause, trigger, backfill, dead letters (beyond the rules S1-S14: docs/contract.md) ---
 
     @workflow.update(name="pause")
-    def pause(self, raw: Any = None) -> bool:
+    def pause(self, raw: RawValue = NO_INPUT) -> bool:
         """Stop ticks (runs already recorded go on), with an optional `note` saying why;
         returns whether it was running."""
         self._kernel.wake()
-        return self._kernel.update(lambda: self._core.pause(parse_pause(raw)))
+        return self._kernel.update(lambda value: self._core.pause(parse_pause(value)), raw)
 
     @pause.validator
-    def validate_pause(self, raw: Any = None) -> None:
+    def validate_pause(self, raw: RawValue = NO_INPUT) -> None:
         """Reject a note that is not a string, or too long, before anything is recorded."""
         self._kernel.validate(self._core.check_open, "pause")
         self._kernel.validate(parse_pause, raw)
 
     @workflow.signal(name="pause")
-    def pause_signal(self, raw: Any = None) -> None:
+    def pause_signal(self, raw: RawValue = NO_INPUT) -> None:
         """`pause` as a signal (what a batch operation can send): a bad note is logged,
         counted and dropped."""
         self._kernel.wake()
@@ -400,27 +408,30 @@ class DurabilityScheduleWorkflow:
         return self._core.pause(parse_pause(raw))
 
     @workflow.update(name="unpause")
-    def unpause(self, raw: Any = None) -> bool:
+    def unpause(self, raw: RawValue = NO_INPUT) -> bool:
         """Tick again from now; ticks missed while paused are skipped. Returns whether paused."""
         self._kernel.wake()
         self._day_rule.decide()
         return self._kernel.update(self._core.unpause, now_ms())
 
     @unpause.validator
-    def validate_unpause(self, raw: Any = None) -> None:
+    def validate_unpause(self, raw: RawValue = NO_INPUT) -> None:
         """Reject an unpause the schedule's `next_occurrence` fails on (S7) before anything is
         recorded (the handler would leave it unpaused with a stale `next_at`). Validators do
         not run on replay: a history that recorded such an update replays as it ran."""
+        self._kernel.admit(raw)
         self._kernel.validate(self._core.check_open, "unpause")
         self._kernel.validate(self._core.check_unpause, now_ms())
 
     @workflow.signal(name="unpause")
-    def unpause_signal(self, raw: Any = None) -> None:
-        """`unpause` as a signal; the payload is ignored. One the schedule's `next_occurrence`
-        fails on (S7) is dropped and counted, and the schedule stays paused."""
+    def unpause_signal(self, raw: RawValue = NO_INPUT) -> None:
+        """`unpause` as a signal; the payload is not used, but one too large or unreadable is
+        dropped, and so is one the schedule's `next_occurrence` fails on (S7): counted, and
+        the schedule stays paused."""
         self._kernel.wake()
         self._day_rule.decide()
-        self._kernel.signal("unpause", self._unpause_checked, now_ms())
+        now = now_ms()
+        self._kernel.signal("unpause", lambda _: self._unpause_checked(now), raw)
 
     def _unpause_checked(self, now: int) -> bool:
         # Ask `next_occurrence` before anything changes: a refusal then leaves the schedule
@@ -430,7 +441,7 @@ class DurabilityScheduleWorkflow:
         return self._core.unpause(now)
 
     @workflow.update(name="trigger")
-    def trigger(self, raw: Any = None) -> int:
+    def trigger(self, raw: RawValue = NO_INPUT) -> int:
         """Record a run now, outside the expression; returns its scheduled_time."""
         now = now_ms()
         # Each trigger its own run: one that falls on a time already held takes the next free
@@ -443,23 +454,26 @@ class DurabilityScheduleWorkflow:
         return run.scheduled_time
 
     @trigger.validator
-    def validate_trigger(self, raw: Any = None) -> None:
+    def validate_trigger(self, raw: RawValue = NO_INPUT) -> None:
         """Reject a trigger with no live schedule, or no room for its run."""
+        self._kernel.admit(raw)
         self._kernel.validate(self._core.check_open, "trigger")
         self._kernel.validate(self._core.check_live, "trigger")
         self._kernel.validate(self._core.check_room, 1, "trigger")
 
     @workflow.update(name="backfill")
-    def backfill(self, raw: Any = None) -> list[int]:
+    def backfill(self, raw: RawValue = NO_INPUT) -> list[int]:
         """Record runs for the occurrences in a past range; returns their scheduled times."""
         now = now_ms()
         self._day_rule.decide()
-        runs = self._kernel.update(lambda: self._core.backfill(*parse_backfill(raw, now)))
+        runs = self._kernel.update(
+            lambda value: self._core.backfill(*parse_backfill(value, now)), raw
+        )
         self._emit_recorded(runs, now)
         return [run.scheduled_time for run in runs]
 
     @backfill.validator
-    def validate_backfill(self, raw: Any = None) -> None:
+    def validate_backfill(self, raw: RawValue = NO_INPUT) -> None:
         """Reject a malformed, future or too large range before anything is recorded."""
         self._kernel.validate(self._core.check_open, "backfill")
         self._kernel.validate(self._check_backfill, raw)
@@ -476,18 +490,20 @@ class DurabilityScheduleWorkflow:
         self._kernel.wake()
 
     @workflow.update(name="redeliver")
-    def redeliver(self, raw: Any = None) -> bool:
+    def redeliver(self, raw: RawValue = NO_INPUT) -> bool:
         """Deliver a dead-lettered outcome again, as it was, under the same retry policy;
         returns at once (true); the letter leaves `dead_letters` once delivered."""
-        letter = self._kernel.update(lambda: self._core.begin_redelivery(parse_redeliver(raw)))
+        letter = self._kernel.update(
+            lambda value: self._core.begin_redelivery(parse_redeliver(value)), raw
+        )
         self._redeliveries.start(letter)
         return True
 
     @redeliver.validator
-    def validate_redeliver(self, raw: Any = None) -> None:
+    def validate_redeliver(self, raw: RawValue = NO_INPUT) -> None:
         """Reject a key with no dead letter, or one being redelivered."""
         self._kernel.validate(self._core.check_open, "redeliver")
-        self._kernel.validate(lambda: self._core.redeliverable(parse_redeliver(raw)))
+        self._kernel.validate(lambda value: self._core.redeliverable(parse_redeliver(value)), raw)
 
     def _redelivered(self, letter: DeadLetter) -> None:
         # The letter left the list (or may be redelivered again): a `redeliver` validator
@@ -502,11 +518,11 @@ class DurabilityScheduleWorkflow:
         return self._core.get()
 
     @workflow.query(name="describe")
-    def describe(self, raw: Any = None) -> dict[str, Any]:
+    def describe(self, raw: RawValue = NO_INPUT) -> dict[str, Any]:
         """The live schedule, `paused`, the last runs that ended, the next fire times and the
         counters; `{"runs": n, "next": n}` sizes the lists."""
         with rejected_as(InvalidRequest):
-            query = parse_describe(raw)
+            query = parse_describe(read_message("describe query argument", raw))
         return self._core.describe(query)
 
     @workflow.query(name="runs")
