@@ -34,8 +34,8 @@ from workflows.schedule.models import (
     SkipReason,
     idempotency_key,
 )
+from workflows.validation import CARRIED_CONTEXT, configured, read_start_input, settings_view
 from workflows.validation import InvalidRequest as InvalidRequest
-from workflows.validation import configured, read_start_input, settings_view
 
 Pick = Callable[[int], int]
 
@@ -254,7 +254,8 @@ def parse_start(decode: Callable[[], object], workflow_id: str) -> Start:
         problem = problem or f"invalid DurabilitySchedule input: {bad_id}"
         object_id = object_id[:100]
     settings = ScheduleInput.model_validate(
-        {**start.model_dump(exclude={"carried"}), "object_id": object_id}
+        {**start.model_dump(exclude={"carried"}), "object_id": object_id},
+        context=CARRIED_CONTEXT if start.carried is not None else None,
     )
     return Start(settings, start.carried, problem, coerced)
 
