@@ -118,6 +118,11 @@ def json_arg(option: str, text: str | None) -> Any:
 
 async def schedule_set(client: DurabilityClient, args: argparse.Namespace) -> Any:
     schedule = (args.object_id, args.expression, args.version)
+    if args.dry_run:
+        return await client.preview_set_schedule(
+            *schedule, jitter_ms=args.jitter_ms, jitter_max_ms=args.jitter_max_ms,
+            params=args.params, count=args.count,
+        )  # fmt: skip
     settings: dict[str, Any] = {
         "jitter_ms": args.jitter_ms, "jitter_max_ms": args.jitter_max_ms,
         "params": args.params, "options": args.options,
@@ -133,6 +138,8 @@ async def schedule_set(client: DurabilityClient, args: argparse.Namespace) -> An
 
 
 def show_set(result: Any, args: argparse.Namespace) -> str:
+    if "before" in result:
+        return show_dry_run(result, args)
     if "signalled" in result:
         return (
             f"signalled: version {args.version} (checked before sending; `get` shows it once "
@@ -490,6 +497,10 @@ def show_describe(result: Any, args: argparse.Namespace) -> str:
     else:
         parts.append("no run has ended yet")
     upcoming = result.get("next_fire_times") or []
+    dst = result.get("dst_policy")
+    if dst is not None:
+        parts.append(f"daylight saving: {dst['nonexistent']} a skipped time, "
+                     f"{dst['ambiguous']} of a repeated one")  # fmt: skip
     if result.get("remaining_runs") is not None:
         parts.append(f"remaining runs {result['remaining_runs']}")
     if upcoming:
@@ -729,6 +740,8 @@ def _phases(counts: Any) -> str | None:
 async def schedule_configure(client: DurabilityClient, args: argparse.Namespace) -> Any:
     if args.query is not None:
         return await schedule_bulk(client, args)
+    if args.dry_run:
+        return await client.preview_configure_schedule(args.object_id, args.set, count=args.count)
     if args.signal:
         await client.signal_configure_schedule(args.object_id, args.set)
         return {"signalled": True}
@@ -751,6 +764,8 @@ async def ledger_settings(client: DurabilityClient, args: argparse.Namespace) ->
 
 
 def show_settings(result: Any, args: argparse.Namespace) -> str:
+    if isinstance(result, dict) and "before" in result and "changes" in result:
+        return show_dry_run(result, args)
     if result == {"signalled": True}:
         return "signalled: checked on the current settings; applied when the workflow takes it"
     return show_fields(result, args)
@@ -764,6 +779,82 @@ def show_claims(result: Any, args: argparse.Namespace) -> str:
 
 def show_fields(result: Any, args: argparse.Namespace) -> str:
     return table(("field", "value"), [(k, v) for k, v in result.items()])
+
+
+async def schedule_preview(client: DurabilityClient | None, args: argparse.Namespace) -> Any:
+    from durability.client import preview_schedule
+
+    return preview_schedule(
+        args.expression,
+        after_ms=args.after,
+        count=args.count,
+        jitter_ms=args.jitter_ms,
+        dst_policy=json_arg("--dst-policy", args.dst_policy),
+    )
+
+
+def show_preview(result: Any, args: argparse.Namespace) -> str:
+    if not result:
+        return "no fire time (nothing was created)"
+    return "\n".join(iso(at) for at in result)
+
+
+def show_dry_run(result: Any, args: argparse.Namespace) -> str:
+    """A `--dry-run`'s answer: fire times before and after, then what else changes."""
+    before, after = result["before"], result["after"]
+    rows = [
+        (iso(before[i]) if i < len(before) else "-", iso(after[i]) if i < len(after) else "-")
+        for i in range(max(len(before), len(after)))
+    ]
+    parts = [table(("next before", "next after"), rows) if rows else "no fire time before or after"]
+    if result.get("applied") is False:
+        parts.append(f"not applied: version {args.version} is not above the stored version")
+    changes = result.get("changes") or {}
+    if changes:
+        parts.append(table(("field", "before", "after"), [(k, *v) for k, v in changes.items()]))
+    elif result.get("applied") is not False:
+        parts.append("nothing else changes")
+    parts.append("dry run: nothing was sent")
+    return "\n\n".join(parts)
+
+
+def preview_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--count must be an integer, got {text!r}") from None
+    if not 1 <= value <= 50:
+        raise argparse.ArgumentTypeError(f"--count must be in 1..50, got {value}")
+    return value
+
+
+def _add_preview(schedule: Any, commands: dict[str, argparse.ArgumentParser]) -> None:
+    """`schedule preview` (computed here, nothing sent) and `--dry-run` of `set`."""
+    cmd = schedule.add_parser(
+        "preview", help="the next fire times of an expression; creates and sends nothing"
+    )
+    cmd.add_argument("expression", help='cron, "@hourly", "@every 5m", "CRON_TZ=... 0 9 * * *"')
+    cmd.add_argument(
+        "--after",
+        type=epoch_ms("--after"),
+        help="from this time (epoch ms or ISO 8601, UTC unless an offset is given; default now)",
+    )
+    cmd.add_argument("--count", type=preview_count, default=10, help="how many (1..50, 10)")
+    cmd.add_argument("--jitter-ms", type=int, default=0, help="a fixed jitter added to each")
+    cmd.add_argument(
+        "--dst-policy",
+        help='the start field dst_policy, e.g. \'{"nonexistent": "skip", "ambiguous": "both"}\'',
+    )
+    cmd.set_defaults(run=schedule_preview, show=show_preview, offline=True)
+    commands["set"].add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the next fire times before and after and what else changes; send nothing",
+    )
+    for name in ("set", "configure"):
+        commands[name].add_argument(
+            "--count", type=preview_count, default=10, help="with --dry-run: fire times shown"
+        )
 
 
 # -- parser ---------------------------------------------------------------------
@@ -879,7 +970,10 @@ def _add_bulk_options(cmd: argparse.ArgumentParser) -> None:
         "e.g. \"DurabilityObjectId STARTS_WITH 'acct-'\" (a Temporal batch job signals them)",
     )
     cmd.add_argument(
-        "--dry-run", action="store_true", help="with --query: count and list, send nothing"
+        "--dry-run",
+        action="store_true",
+        help="with --query: count and list, send nothing (configure with an object_id: print "
+        "the next fire times before and after and the settings that change)",
     )
     cmd.add_argument(
         "--yes", action="store_true", help="with --query: start the batch job (else refused)"
@@ -904,6 +998,8 @@ def check_bulk_usage(args: argparse.Namespace) -> None:
         )
     if query is None:
         for option in BULK_OPTIONS:
+            if option == "dry_run" and args.command == "configure":
+                continue  # a preview of this schedule's configure
             if getattr(args, option) not in (None, False):
                 flag = "--" + option.replace("_", "-")
                 raise UsageError(f"{flag} goes with --query, not with an object_id")
@@ -940,6 +1036,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = _add_commands(schedule, "object_id", SCHEDULE_COMMANDS, BULK_COMMANDS)
     for name in BULK_COMMANDS:
         _add_bulk_options(commands[name])
+    _add_preview(schedule, commands)
     cmd = commands["set"]
     cmd.add_argument(
         "expression", help='cron, "@hourly", "@every 5m", "CRON_TZ=Europe/Paris 0 9 * * *"'
@@ -1174,6 +1271,8 @@ async def execute(args: argparse.Namespace) -> Any:
     from durability.client import DurabilityClient
     from durability.tracing import configure_tracing
 
+    if getattr(args, "offline", False):
+        return await args.run(None, args)
     loop = asyncio.get_running_loop()
     command = asyncio.current_task()
     stopped = False

@@ -473,6 +473,38 @@ class _WithStart:
     payload: Any
 
 
+def preview_schedule(
+    expression: str,
+    *,
+    after_ms: int | None = None,
+    count: int = 10,
+    jitter_ms: int = 0,
+    dst_policy: Mapping[str, Any] | None = None,
+    next_occurrence: NextOccurrence | None = None,
+) -> list[int]:
+    """The next `count` fire times (epoch ms) of a schedule set to `expression` at
+    `after_ms` (default now) with a fixed `jitter_ms` and a `dst_policy` (the start field):
+    computed by the code the schedule runs, creating nothing. ValueError (InvalidRequest)
+    naming the field as `set` (or a start input) refuses."""
+    from workflows.schedule import preview
+    from workflows.schedule.models import ScheduleInput
+    from workflows.validation import configured
+
+    start = _now_ms() if after_ms is None else after_ms
+    settings = None
+    if dst_policy is not None:
+        raw = {"dst_policy": dict(dst_policy) if isinstance(dst_policy, Mapping) else dst_policy}
+        settings = configured("preview", ScheduleInput(), raw, {})
+    return preview.next_times(
+        expression,
+        start,
+        count,
+        jitter_ms=jitter_ms,
+        settings=settings,
+        next_occurrence=next_occurrence,
+    )
+
+
 def _set_message(
     object_id: str,
     expression: str,
@@ -486,14 +518,18 @@ def _set_message(
     """What `set_schedule` and `signal_set_schedule` send (`options` is the start input),
     checked as the workflow checks it (with the built-in cron reading unless
     `next_occurrence` is given)."""
-    from workflows.schedule import core as schedule_core
-    from workflows.schedule import cron
+    from workflows.schedule import cron, set_rules
 
     reading = next_occurrence or cron.next_occurrence
     start_input = schedule_start_input(object_id, options)
     payload = set_payload(expression, version, jitter_ms, jitter_max_ms, params)
     workflow_id = schedule_workflow_id(object_id)
-    _checked(workflow_id, "set", lambda: schedule_core.parse_set(payload, reading, _now_ms()))
+    builtin = next_occurrence is None
+    _checked(
+        workflow_id,
+        "set",
+        lambda: set_rules.parse_new_set(payload, reading, _now_ms(), builtin=builtin),
+    )
     return _WithStart(SCHEDULE_WORKFLOW, workflow_id, start_input, "set", payload)
 
 
@@ -1292,6 +1328,63 @@ class DurabilityClient:
         """The schedule's start settings in effect (the `settings` query)."""
         result: dict[str, Any] = await self._query(schedule_workflow_id(object_id), "settings")
         return result
+
+    async def preview_set_schedule(
+        self,
+        object_id: str,
+        expression: str,
+        version: int,
+        *,
+        jitter_ms: int | None = None,
+        jitter_max_ms: int | None = None,
+        params: Mapping[str, Any] | None = None,
+        count: int = 10,
+    ) -> dict[str, Any]:
+        """What `set_schedule` would do to the running schedule, sending nothing (it reads
+        the schedule with queries): `before` and `after` (its next `count` fire times, epoch
+        ms), `applied` and `changes` (`{field: [before, after]}`). RejectedError as the `set`
+        would be refused."""
+        from workflows.schedule import preview
+
+        workflow_id = schedule_workflow_id(object_id)
+        payload = set_payload(expression, version, jitter_ms, jitter_max_ms, params)
+        current, paused, settings = await self._preview_inputs(workflow_id)
+        result: dict[str, Any] = {}
+        _checked(
+            workflow_id,
+            "set",
+            lambda: result.update(
+                preview.set_preview(current, paused, settings, payload, _now_ms(), count)
+            ),
+        )
+        return result
+
+    async def preview_configure_schedule(
+        self, object_id: str, changes: Mapping[str, Any], *, count: int = 10
+    ) -> dict[str, Any]:
+        """What `configure_schedule` would do, sending nothing: `before` and `after` fire
+        times and `changes` (`{setting: [before, after]}`). RejectedError as it would be."""
+        from workflows.schedule import preview
+
+        workflow_id = schedule_workflow_id(object_id)
+        current, paused, settings = await self._preview_inputs(workflow_id)
+        result: dict[str, Any] = {}
+        _checked(
+            workflow_id,
+            "configure",
+            lambda: result.update(
+                preview.configure_preview(current, paused, settings, changes, _now_ms(), count)
+            ),
+        )
+        return result
+
+    async def _preview_inputs(
+        self, workflow_id: str
+    ) -> tuple[dict[str, Any] | None, bool, dict[str, Any]]:
+        current: dict[str, Any] | None = await self._query(workflow_id, "get")
+        paused = bool(await self._query(workflow_id, "paused"))
+        settings: dict[str, Any] = await self._query(workflow_id, "settings")
+        return current, paused, settings
 
     async def get_schedule(self, object_id: str) -> ScheduleView | None:
         """The live schedule with whether it is `paused`, or None (none set, or cancelled)."""

@@ -671,3 +671,38 @@ async def test_describe_answers_the_same_on_a_cold_worker(client: Client) -> Non
     assert warm["recent_runs"][0]["outcome"]["status"] == "errored"
     assert (warm["counters"]["runs_started"], warm["counters"]["outcomes_dead_lettered"]) == (3, 1)
     await assert_healthy(client, handle)
+
+
+async def test_crontab_reading_and_set_rules_on_a_cold_worker(client: Client) -> None:
+    """Messages that ask the patches `cron-crontab-reading` and `schedule-set-rules` (a `set`
+    of a one-value range, one refused by the rules), delivered at once to a worker with
+    nothing cached after a run completed: no failed workflow task, the refused one dropped,
+    the times crontab's, and the history replays."""
+    hour = (time.gmtime().tm_hour + 3) % 24
+    probe = f"*/2 * {hour}-{hour} * * *"
+    suffix, task_queue, activity_queue = cold_names()
+    acts = ColdScheduleFake()
+    async with activity_worker(client, activity_queue, acts.activities()):
+        async with workflow_worker(client, task_queue):
+            handle = await _start_schedule(client, suffix, task_queue, activity_queue)
+            await handle.execute_update("set", {"expression": YEARLY, "version": 1})
+            await _trigger_and_wait(handle, acts)
+            await eventually(lambda: _no_runs_left(handle), timeout=30)
+        # No worker: the signals wait, then reach the next one in one activation.
+        await handle.signal("set", {"expression": probe, "version": 2, "jitter_ms": 2000})
+        await handle.signal("set", {"expression": probe, "version": 3})
+        await handle.signal("pause", {})
+        await handle.signal("unpause", {})
+        async with workflow_worker(client, task_queue):
+            await eventually(lambda: _version_is(handle, 3), timeout=30)
+            assert await handle.query("dropped_signals") == 1
+            stored = await handle.query("get")
+            assert stored["next_at"] - int(time.time() * 1000) > 3_600_000
+            assert await handle.execute_update("set", {"expression": YEARLY, "version": 4})
+    assert set(acts.expected) <= set(acts.accepted)
+    await assert_healthy_and_updated(client, handle)
+
+
+async def _version_is(handle: WorkflowHandle[Any, Any], version: int) -> bool:
+    stored = await handle.query("get")
+    return stored is not None and stored["version"] == version

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -162,19 +163,27 @@ def test_fall_back_a_fixed_time_in_the_repeated_hour_fires_once() -> None:
     ("expression", "message"),
     [
         ("", "expression must be a non-empty string"),
-        ("* * * *", "must have 5 fields"),
-        ("61 * * * *", "invalid cron expression '61 * * * *'"),
+        ("* * * *", "has 5 fields (or 6 with seconds), got 4"),
+        ("61 * * * *", "minute field: '61' is outside 0-59 in '61 * * * *'"),
+        ("0 0 * * 8", "day-of-week field: '8' is outside 0-7"),
+        ("0 0 0 * *", "day-of-month field: '0' is outside 1-31"),
+        ("*/0 * * * *", "minute field: '*/0' has a step of 0"),
+        ("0 0 * * 5L", "day-of-week field: '5L' is not a number or name"),
+        ("H * * * *", "minute field: 'H' is not a number"),
+        ("0 0 * * mon-fry", "day-of-week field: 'mon-fry' is not a number or name"),
+        ("0 0 * mon *", "month field: 'mon' is not a number or name"),
+        ("0 jan * * *", "hour field: 'jan' is not a number in"),
         ("@every", "@every needs a duration"),
         ("@every 1 s", "@every needs a duration"),
         ("@every 1d", "@every needs a duration"),
         ("@every 0s", "must be positive"),
-        ("@fortnightly", "must have 5 fields"),
+        ("@fortnightly", "unknown macro '@fortnightly'"),
         ("CRON_TZ=Mars/Olympus 0 * * * *", "unknown time zone, got 'Mars/Olympus'"),
         ("CRON_TZ=UTC @every 1s", "CRON_TZ does not apply to @every"),
     ],
 )
 def test_bad_expressions_raise_value_error_naming_them(expression: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace("*", r"\*")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         validate(expression)
     with pytest.raises(ValueError):
         next_occurrence(expression, 0)
@@ -238,3 +247,43 @@ def test_classic_next_at_moves_a_tick_only_classic_cron_skips() -> None:
     # a tick moved past a DST gap is not found again by a search, so it is kept
     gap = ms(2026, 3, 8, 7, 0, 1)  # 02:00:01 EST does not exist: 03:00:01 EDT
     assert classic_next_at("CRON_TZ=America/New_York 1 * 2 * * *", gap) == gap
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("0 0 L * *", "day-of-month field: 'L' is not a number"),
+        ("0 0 15W * *", "day-of-month field: '15W' is not a number"),
+        ("0 0 * * 5#2", "day-of-week field: '5#2' is not supported"),
+        ("0 0 ? * *", "day-of-month field: '?' is not supported"),
+        ("0 5-2 * * *", "hour field: '5-2' runs backwards"),
+        ("0 0 * * sat-sun", "day-of-week field: 'sat-sun' runs backwards"),
+    ],
+)
+def test_extensions_crontab_does_not_know_are_refused_naming_the_field(
+    expression: str, message: str
+) -> None:
+    """Refused for a new `set`; an older build that took one keeps computing its times."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        validate(expression)
+    assert next_occurrence(expression, 0) is not None
+
+
+@pytest.mark.parametrize(
+    ("expression", "first"),
+    [
+        ("0 9-9 * * *", "1970-01-01T09:00:00+00:00"),  # once a day, not every hour
+        ("7 18 13 1-1/3 *", "1970-01-13T18:07:00+00:00"),
+        ("39-39/5 * * * *", "1970-01-01T00:39:00+00:00"),
+        ("5/20 * * * *", "1970-01-01T00:05:00+00:00"),
+        ("0 0 * * 7", "1970-01-04T00:00:00+00:00"),  # 7 is Sunday
+        ("0 0 * * fri-7", "1970-01-02T00:00:00+00:00"),
+        ("0 0 * jan-jan/3 *", "1970-01-02T00:00:00+00:00"),
+        ("@WEEKLY", "1970-01-04T00:00:00+00:00"),
+        ("30 * * * * *", "1970-01-01T00:00:30+00:00"),
+    ],
+)
+def test_fields_read_as_crontab_reads_them(expression: str, first: str) -> None:
+    found = next_occurrence(expression, 0)
+    assert found is not None
+    assert datetime.fromtimestamp(found / 1000, UTC).isoformat() == first

@@ -1,8 +1,10 @@
 """The built-in next_occurrence against an independent model of classic cron, by hypothesis.
 
 The model reads an expression as crontab(5) describes it and knows nothing of croniter: each
-field is a list of `*`, values, ranges `a-b` and steps (`*/n`, `a-b/n`); months and days of
-the week also take their three-letter names; day-of-week 7 is Sunday. A day fires when its
+field is a list of `*`, values, ranges `a-b` and steps (`*/n`, `a-b/n`, and `a/n` running to
+the field's end), each item meaning the same wherever it stands (`9-9` is 9, `0,*` is every
+value); months and days of the week also take their three-letter names; day-of-week 7 is
+Sunday; the `@` macros stand for their five fields. A day fires when its
 month matches and, if the day-of-month or day-of-week field begins with `*`, both day fields
 match, otherwise either. It walks the matching wall times forward and maps each to the
 instants it names, with the DST choices `workflows.schedule.cron` documents: a time in a
@@ -23,7 +25,13 @@ from zoneinfo import ZoneInfo
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from workflows.schedule.cron import classic_next_at, next_occurrence
+from workflows.schedule.cron import (
+    _legacy_next,
+    classic_next_at,
+    crontab_reading_matters,
+    next_occurrence,
+)
+from workflows.schedule.crontab import DaylightSaving
 
 MONTH_NAMES = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
 DAY_NAMES = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
@@ -36,8 +44,20 @@ ZONES = [
     "America/St_Johns",
     "America/Santiago",
     "Asia/Kolkata",
+    "Australia/Lord_Howe",  # a 30-minute change of offset
+    "Australia/Adelaide",  # a half-hour offset that changes by an hour
 ]
 EVERY_HOUR = frozenset(range(24))
+# crontab(5)'s special strings (all but @reboot).
+MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
 # The model looks this far ahead; results beyond COMPARED_YEARS are near the built-in's own
 # horizon (50 years) and are not compared.
 MODEL_YEARS = 60
@@ -77,7 +97,9 @@ def field_values(text: str, low: int, high: int, names: list[str] | None = None)
             a, b = span.split("-")
             start, end = _value(a, names or [], first), _value(b, names or [], first)
         else:
-            start = end = _value(span, names or [], first)
+            # A single value with a step runs to the end of the field (`5/15`: 5, 20, 35, 50).
+            start = _value(span, names or [], first)
+            end = high if step else start
         values.update(range(start, end + 1, int(step) if step else 1))
     return frozenset(values)
 
@@ -88,7 +110,7 @@ def parse(expression: str) -> Cron:
     if text.startswith("CRON_TZ="):
         name, _, text = text.removeprefix("CRON_TZ=").partition(" ")
         zone = ZoneInfo(name)
-    fields = text.split()
+    fields = MACROS.get(text.lower(), text).split()
     seconds = field_values(fields.pop(0), 0, 59) if len(fields) == 6 else frozenset({0})
     minute, hour, day, month, weekday = fields
     weekdays = field_values(weekday, 0, 7, DAY_NAMES)
@@ -143,22 +165,28 @@ def _gap_end(zone: ZoneInfo, before: int, after: int) -> int:
     return after
 
 
-def instants(cron: Cron, wall: datetime) -> tuple[int | None, int | None]:
-    """The epoch seconds a wall time fires at: (first, second copy of a repeated time)."""
+def instants(cron: Cron, wall: datetime, policy: tuple[str, str] = ("shift", "first")) -> list[int]:
+    """The epoch seconds a wall time fires at under a daylight-saving `policy`
+    (nonexistent, ambiguous)."""
+    nonexistent, ambiguous = policy
     earlier = int(wall.replace(tzinfo=cron.zone, fold=0).timestamp())
     later = int(wall.replace(tzinfo=cron.zone, fold=1).timestamp())
     if datetime.fromtimestamp(earlier, cron.zone).replace(tzinfo=None) != wall:
         # In a spring-forward gap: fold 0 reads it on the offset before, fold 1 after.
-        if cron.hours == EVERY_HOUR:
-            return None, None
+        if cron.hours == EVERY_HOUR or nonexistent == "skip":
+            return []
         # Moved on by whole minutes: the end of the gap, at the wall time's second.
-        return _gap_end(cron.zone, min(earlier, later), max(earlier, later)) + wall.second, None
+        return [_gap_end(cron.zone, min(earlier, later), max(earlier, later)) + wall.second]
     if earlier == later:
-        return earlier, None
-    return earlier, later if cron.hours_star else None
+        return [earlier]
+    if cron.hours_star or ambiguous == "both":
+        return [earlier, later]
+    return [later] if ambiguous == "last" else [earlier]
 
 
-def model_next(expression: str, after_ms: int) -> int | None:
+def model_next(
+    expression: str, after_ms: int, policy: tuple[str, str] = ("shift", "first")
+) -> int | None:
     """The model's first firing strictly after `after_ms`, in epoch ms."""
     cron = parse(expression)
     after = datetime.fromtimestamp(after_ms // 1000, UTC)
@@ -169,11 +197,11 @@ def model_next(expression: str, after_ms: int) -> int | None:
         start -= timedelta(minutes=15)
     best: int | None = None
     for wall in wall_times(cron, start):
-        first, second = instants(cron, wall)
-        for candidate in (first, second):
-            if candidate is not None and candidate * 1000 > after_ms:
+        fired = instants(cron, wall, policy)
+        for candidate in fired:
+            if candidate * 1000 > after_ms:
                 best = candidate if best is None else min(best, candidate)
-        if first is not None and first * 1000 > after_ms:
+        if fired and fired[0] * 1000 > after_ms:
             # Later wall times fire later; only second copies of earlier ones came before.
             assert best is not None
             return best * 1000
@@ -198,41 +226,35 @@ def _number(
 def field(
     draw: st.DrawFn, low: int, high: int, names: list[str] | None = None, favoured: int = 0
 ) -> str:
-    """`*`, or a list of 1-3 of `v`, `a-b`, `a-b/n`, the first maybe `*` or `*/n`.
-
-    Two forms are left out, where the built-in (croniter) is known to differ from classic
-    cron and the day rule is not the cause:
-    - a range whose ends are equal (`5-5`, `sun-sun`): croniter reads the whole cycle;
-    - `*` or `*/n` after the first item of a list (`0,*`, `1,*/2`): crontab(5) calls a day
-      field holding `*` unrestricted, Vixie's code only one beginning with it, and croniter
-      takes one reading or the other by the field's shape (`0 0 2-3 * 0,*`: Vixie fires
-      every day, croniter on the 2nd and 3rd).
-    """
+    """`*`, or a list of 1-3 items, each `*`, `*/n`, `v`, `v/n`, `a-b` or `a-b/n`, where a
+    range may have equal ends (`9-9`), values may be names, and `*` may stand anywhere."""
     kind = draw(st.integers(0, 9))
     if kind < 3:
         return "*"
     items: list[str] = []
-    for index in range(draw(st.integers(1, 3))):
-        shape = draw(st.sampled_from(["step", "value", "range", "range-step", "star"]))
-        if shape == "star" and index == 0:
+    for _ in range(draw(st.integers(1, 3))):
+        shape = draw(
+            st.sampled_from(["step", "value", "value-step", "range", "range-step", "star"])
+        )
+        span = high - low + 1
+        if shape == "star":
             items.append("*")
-        elif shape in ("step", "star") and index == 0:
-            items.append(f"*/{draw(st.integers(1, high - low + 1))}")
-        elif shape in ("step", "star"):  # not after the first item (see above)
-            items.append(_number(draw, low, high, names, low)[1])
+        elif shape == "step":
+            items.append(f"*/{draw(st.integers(1, span))}")
         elif shape == "value":
             if favoured and draw(st.booleans()):
                 items.append(str(draw(st.integers(low, min(high, low + favoured)))))
             else:
                 items.append(_number(draw, low, high, names, low)[1])
+        elif shape == "value-step":
+            value = _number(draw, low, high, names, low)[1]
+            items.append(f"{value}/{draw(st.integers(1, span))}")
         else:
-            # a < b: equal ends are left out (see above)
-            a, a_text = _number(draw, low, high - 1, names, low)
-            _, b_text = _number(draw, a + 1, high, names, low)
-            step = f"/{draw(st.integers(1, high - low + 1))}" if shape == "range-step" else ""
+            # a <= b, equal ends often: crontab reads `9-9` as 9.
+            a, a_text = _number(draw, low, high, names, low)
+            b_text = a_text if draw(st.booleans()) else _number(draw, a, high, names, low)[1]
+            step = f"/{draw(st.integers(1, span))}" if shape == "range-step" else ""
             items.append(f"{a_text}-{b_text}{step}")
-    if items[0] == "*" and len(items) == 1:
-        return "*/1"
     return ",".join(items)
 
 
@@ -250,6 +272,9 @@ def expressions(draw: st.DrawFn, zone: str) -> str:
     if draw(st.booleans()):
         fields.insert(0, draw(field(0, 59)))
     body = " ".join(fields)
+    if draw(st.integers(0, 9)) == 0:
+        body = draw(st.sampled_from(sorted(MACROS)))
+        body = draw(st.sampled_from([body, body.upper()]))
     if zone == "UTC" and draw(st.booleans()):
         return body
     return f"CRON_TZ={zone} {body}"
@@ -331,6 +356,13 @@ def ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> int:
 @example(case=("CRON_TZ=America/New_York 30 2 * * *", ms(2026, 3, 8)))  # spring-forward gap
 @example(case=("CRON_TZ=America/New_York 0 */1 * * *", ms(2026, 11, 1)))  # fall-back, both
 @example(case=("CRON_TZ=America/New_York 0 0-23 * * *", ms(2026, 11, 1)))  # fall-back, first
+# Forms croniter read otherwise: a one-value range as `*`, a `*` after a list's first item.
+@example(case=("0 9-9 * * *", ms(2026, 3, 1)))
+@example(case=("14 14-14 14 * mon-tue", ms(2026, 3, 1)))
+@example(case=("7 18 13 1-1/3 *", ms(2026, 3, 1)))
+@example(case=("39-39/5 * * * *", ms(2026, 3, 1)))
+@example(case=("0 0 2-3 * 0,*", ms(2026, 3, 3)))
+@example(case=("CRON_TZ=Australia/Lord_Howe 15 2 * * *", ms(2026, 10, 3, 14)))  # 30-min gap
 def test_next_occurrence_agrees_with_classic_cron(case: tuple[str, int]) -> None:
     agree(*case, steps=4)
 
@@ -349,6 +381,13 @@ def dst_cases(draw: st.DrawFn) -> tuple[str, int]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=dst_cases())
+# A time moved past St John's midnight gap (2008), of an expression the day rule leaves alone.
+@example(
+    case=(
+        "CRON_TZ=America/St_Johns 30-30/10,42-42/52,58 * 22-22/11,*/23,21-21 * * *",
+        1_205_033_442_777,
+    )
+)
 def test_next_occurrence_agrees_with_classic_cron_across_changes_of_offset(
     case: tuple[str, int],
 ) -> None:
@@ -422,6 +461,101 @@ def test_the_model_takes_the_documented_dst_choices() -> None:
         "2026-11-02T06:30:00+00:00",
     ]
     assert firings(new_york + "30 */1 * * *", ms(2026, 11, 1, 5), 2) == [
+        "2026-11-01T05:30:00+00:00",
+        "2026-11-01T06:30:00+00:00",
+    ]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=cases())
+@example(case=("0 9-9 * * *", ms(2026, 3, 1)))
+@example(case=("0 0 1-31 * 1", ms(2026, 3, 3)))  # croniter ANDs a full day-of-month list
+def test_the_reading_patch_is_asked_for_every_expression_whose_times_change(
+    case: tuple[str, int],
+) -> None:
+    """Where `crontab_reading_matters` says no (no patch asked, so a history recorded by
+    croniter's reading replays on crontab's), the two readings fire at the same times."""
+    expression, after = case
+    if crontab_reading_matters(expression):
+        event("the reading matters")
+        return
+    for _ in range(2):
+        found = next_occurrence(expression, after)
+        assert next_occurrence(expression, after, crontab_reading=False) == found
+        assert _legacy_next(expression, after, classic_day_rule=True) == found, expression
+        if found is None:
+            return
+        after = found
+
+
+POLICIES = [
+    (nonexistent, ambiguous)
+    for nonexistent in ("shift", "skip")
+    for ambiguous in ("first", "last", "both")
+]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=dst_cases(), policy=st.sampled_from(POLICIES))
+@example(  # Lord Howe springs forward 30 minutes: 02:00 -> 02:30 on 2026-10-04
+    case=("CRON_TZ=Australia/Lord_Howe 15 2 * * *", ms(2026, 10, 3, 14)), policy=("skip", "first")
+)
+@example(  # ... and falls back 30 minutes: 02:00 -> 01:30 on 2026-04-05
+    case=("CRON_TZ=Australia/Lord_Howe 45 1 * * *", ms(2026, 4, 4, 13)), policy=("shift", "last")
+)
+@example(case=("CRON_TZ=America/New_York 30 1 * * *", ms(2026, 11, 1, 4)), policy=("shift", "both"))
+def test_a_dst_policy_fires_as_the_model_says_across_changes_of_offset(
+    case: tuple[str, int], policy: tuple[str, str]
+) -> None:
+    expression, after = case
+    dst = DaylightSaving(*policy)
+    for _ in range(4):
+        expected = model_next(expression, after, policy)
+        found = next_occurrence(expression, after, dst=dst)
+        assert found == expected, (expression, policy, iso(after), iso(found), iso(expected))
+        if found is None:
+            return
+        event(f"{policy}: {dst_case(expression, found)}")
+        after = found
+
+
+def test_the_dst_policies_on_real_transitions() -> None:
+    """30-minute (Lord Howe) and 60-minute (New York) shifts, by hand."""
+    lord_howe, new_york = "CRON_TZ=Australia/Lord_Howe ", "CRON_TZ=America/New_York "
+
+    def fires(expression: str, after: int, policy: tuple[str, str], count: int) -> list[str]:
+        found: list[str] = []
+        for _ in range(count):
+            following = next_occurrence(expression, after, dst=DaylightSaving(*policy))
+            assert following is not None
+            found.append(datetime.fromtimestamp(following / 1000, UTC).isoformat())
+            after = following
+        return found
+
+    # 2026-10-04 02:00-02:30 does not exist at Lord Howe (+10:30 -> +11).
+    gap = lord_howe + "15 2 * * *"
+    assert fires(gap, ms(2026, 10, 3, 12), ("shift", "first"), 2) == [
+        "2026-10-03T15:30:00+00:00",  # 02:30 +11, the end of the gap
+        "2026-10-04T15:15:00+00:00",
+    ]
+    assert fires(gap, ms(2026, 10, 3, 12), ("skip", "first"), 1) == ["2026-10-04T15:15:00+00:00"]
+    # 2026-04-05 01:30-02:00 happens twice (+11, then +10:30).
+    repeat = lord_howe + "45 1 * * *"
+    start = ms(2026, 4, 4, 12)
+    assert fires(repeat, start, ("shift", "first"), 1) == ["2026-04-04T14:45:00+00:00"]
+    assert fires(repeat, start, ("shift", "last"), 1) == ["2026-04-04T15:15:00+00:00"]
+    assert fires(repeat, start, ("shift", "both"), 2) == [
+        "2026-04-04T14:45:00+00:00",
+        "2026-04-04T15:15:00+00:00",
+    ]
+    # New York, 2026-11-01 01:00-02:00 twice (EDT, then EST).
+    assert fires(new_york + "30 1 * * *", ms(2026, 11, 1), ("shift", "last"), 2) == [
+        "2026-11-01T06:30:00+00:00",
+        "2026-11-02T06:30:00+00:00",
+    ]
+    # An hours field beginning with `*` goes on hourly whatever the policy.
+    assert fires(new_york + "30 * * * *", ms(2026, 11, 1, 4), ("skip", "first"), 3) == [
+        "2026-11-01T04:30:00+00:00",
         "2026-11-01T05:30:00+00:00",
         "2026-11-01T06:30:00+00:00",
     ]

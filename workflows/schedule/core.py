@@ -485,6 +485,7 @@ class ScheduleCore:
         self.catchup_window_ms = settings.catchup_window_ms
         self.start_at, self.end_at = settings.start_at, settings.end_at
         self.pause_on_failure = settings.pause_on_failure
+        self.dst_policy = settings.dst_policy
         self._keep_dead_letters_within_bound()
 
     def _keep_dead_letters_within_bound(self) -> None:
@@ -992,6 +993,7 @@ class ScheduleCore:
             # runs reported and their outcomes were delivered.
             "closing": self.closing is Closing.CANCELLED,
             "pause_note": self.state.pause_note,
+            "dst_policy": self.dst_policy.model_dump(mode="json"),
             # The live count of `remaining_runs` (null: no limit); `settings` shows the field.
             "remaining_runs": self.state.remaining_runs,
             "recent_runs": self.recent_runs(query.runs),

@@ -11,11 +11,14 @@ Understood expressions:
   whole minutes)
 - an optional ``CRON_TZ=<IANA zone> `` prefix for cron and shorthands (default UTC).
 
-Days follow classic (Vixie) cron: when the day-of-month or the day-of-week field begins
-with ``*`` (``*``, ``*/2``), a day must match both fields; only when both are restricted
-(``0 0 1,15 * 5``: the 1st, the 15th and every Friday) does a day matching either fire.
-Day-of-week 0 and 7 are Sunday; months and days of the week also take their English
-three-letter names (``jan``, ``mon-fri``).
+Cron fields are read as crontab(5) reads them (`workflows.schedule.crontab`, see
+`docs/cron.md`): ``9-9`` is 9, a ``*`` anywhere in a list is the whole range, ``a/n`` runs to
+the field's end. Days follow classic (Vixie) cron: when the day-of-month or the day-of-week
+field begins with ``*`` (``*``, ``*/2``), a day must match both fields; only when both are
+restricted (``0 0 1,15 * 5``: the 1st, the 15th and every Friday) does a day matching
+either fire. Day-of-week 0 and 7 are Sunday; months and days of the week also take their
+English three-letter names (``jan``, ``mon-fri``). croniter's reading, of builds before, is
+kept only to replay what they recorded (`next_occurrence`'s flags).
 
 Daylight saving follows cron's habit: on a spring-forward day the times inside the skipped
 hour fire once, right after the gap (at their second of the minute, with a seconds field),
@@ -35,10 +38,12 @@ from __future__ import annotations
 import functools
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
+
+from workflows.schedule import crontab
 
 
 class NextOccurrence(Protocol):
@@ -109,7 +114,8 @@ def _zone(name: str) -> ZoneInfo:
         raise ValueError(f"CRON_TZ names an unknown time zone, got {name!r:.100}") from None
 
 
-def _cron_fields(body: str) -> list[str]:
+def _legacy_fields(body: str) -> list[str]:
+    """The fields as croniter reads them (the reading before crontab's), or ValueError."""
     fields = SHORTHANDS.get(body.lower(), body).split()
     if len(fields) not in (5, 6):
         raise ValueError(
@@ -121,8 +127,21 @@ def _cron_fields(body: str) -> list[str]:
     return fields
 
 
+@functools.lru_cache(maxsize=256)
+def _crontab_fields(body: str) -> crontab.CronFields:
+    """The fields as crontab(5) reads them, or ValueError naming the field and the item."""
+    fields = SHORTHANDS.get(body.lower(), body).split()
+    if body.startswith("@") and body.lower() not in SHORTHANDS:
+        raise ValueError(f"unknown macro {body.split()[0]!r:.50}; known: {', '.join(SHORTHANDS)}")
+    try:
+        return crontab.parse_fields(fields)
+    except ValueError as error:
+        raise ValueError(f"{error} in {body!r:.200}") from None
+
+
 def validate(expression: str) -> None:
-    """Raise ValueError (naming the expression) unless the built-in parser understands it."""
+    """Raise ValueError (naming the field and the item) unless the built-in reading
+    understands `expression` as crontab(5) does: what a new `set` may hold."""
     if not isinstance(expression, str) or not expression.strip():
         raise ValueError(f"expression must be a non-empty string, got {expression!r}")
     zone, body = _split_zone(expression)
@@ -131,7 +150,95 @@ def validate(expression: str) -> None:
             raise ValueError(f"CRON_TZ does not apply to @every, got {expression!r}")
         parse_every(body[len("@every") :])
         return
-    _cron_fields(body)
+    _crontab_fields(body)
+
+
+def _readable(expression: str) -> None:
+    """Raise ValueError unless some reading (crontab's, or croniter's for an expression an
+    older build stored) can compute times of `expression`."""
+    try:
+        validate(expression)
+    except ValueError:
+        _, body = _split_zone(expression)
+        if body.startswith("@every"):
+            raise
+        try:
+            _legacy_fields(body)
+        except ValueError:
+            raise ValueError(_refusal(expression)) from None
+
+
+def _refusal(expression: str) -> str:
+    try:
+        validate(expression)
+    except ValueError as error:
+        return str(error)
+    return ""
+
+
+def _full(values: list[Any], low: int, high: int) -> frozenset[int] | None:
+    """A croniter expansion as a set of values; None when it holds more than numbers."""
+    if values == ["*"]:
+        return frozenset(range(low, high + 1))
+    if all(isinstance(value, int) and not isinstance(value, bool) for value in values):
+        return frozenset(values)
+    return None
+
+
+def _days(
+    days: frozenset[int], weekdays: frozenset[int], either: bool
+) -> tuple[bool, frozenset[int], frozenset[int]]:
+    """Which days fire, in one canonical form: "either field" with one field unrestricted
+    is every day."""
+    every_day, every_weekday = frozenset(range(1, 32)), frozenset(range(7))
+    if either and (days == every_day or weekdays == every_weekday):
+        return False, every_day, every_weekday
+    return either, days, weekdays
+
+
+@functools.lru_cache(maxsize=256)
+def crontab_reading_matters(expression: str) -> bool:
+    """Whether reading `expression` as crontab(5) does changes when it fires, compared with
+    the croniter reading of builds before: the values a field allows or how the day fields
+    combine differ, or croniter refused it. False for what crontab's reading refuses (it
+    keeps croniter's reading) and for `@every`."""
+    try:
+        validate(expression)
+    except ValueError:
+        return False
+    _, body = _split_zone(expression)
+    if body.startswith("@every"):
+        return False
+    fields = SHORTHANDS.get(body.lower(), body).split()
+    ours = _crontab_fields(body)
+    try:
+        _legacy_fields(body)
+        expanded, nth = croniter.expand(" ".join(fields), second_at_beginning=len(fields) == 6)
+    except (CroniterError, ValueError):
+        return True
+    if nth:
+        return True
+    # croniter's expansion moves the seconds field last.
+    limits = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 7), (0, 59)]
+    theirs = [_full(values, *limits[index]) for index, values in enumerate(expanded)]
+    if any(values is None for values in theirs):
+        return True
+    minutes, hours, days, months, weekdays = (values or frozenset() for values in theirs[:5])
+    weekdays = frozenset(0 if day == 7 else day for day in weekdays)
+    seconds = (theirs[5] or frozenset()) if len(fields) == 6 else frozenset({0})
+    day_text, weekday_text = fields[-3], fields[-1]
+    their_either = (
+        expanded[2][0] != "*"
+        and expanded[4][0] != "*"
+        and not (day_text.startswith("*") or weekday_text.startswith("*"))
+    )
+    our_either = not (ours.days_star or ours.weekdays_star)
+    return (seconds, minutes, hours, months) != (
+        frozenset(ours.seconds),
+        frozenset(ours.minutes),
+        frozenset(ours.hours),
+        ours.months,
+    ) or _days(days, weekdays, their_either) != _days(ours.days, ours.weekdays, our_either)
 
 
 @functools.lru_cache(maxsize=256)
@@ -140,13 +247,13 @@ def day_rule_matters(expression: str) -> bool:
     whose day-of-month and day-of-week fields are both restricted, one of them beginning with
     ``*``. False for anything else, including what the built-in parser does not understand."""
     try:
-        validate(expression)
+        _legacy_validate(expression)
     except ValueError:
         return False
     _, body = _split_zone(expression)
     if body.startswith("@every"):
         return False
-    fields = _cron_fields(body)
+    fields = _legacy_fields(body)
     day_of_month, day_of_week = fields[-3], fields[-1]
     if not (day_of_month.startswith("*") or day_of_week.startswith("*")):
         return False
@@ -156,17 +263,54 @@ def day_rule_matters(expression: str) -> bool:
     return expanded[_DAY_OF_MONTH][0] != "*" and expanded[_DAY_OF_WEEK][0] != "*"
 
 
-def next_occurrence(expression: str, after_ms: int, *, classic_day_rule: bool = True) -> int | None:
+def _legacy_validate(expression: str) -> None:
+    """The check of builds before crontab's reading: croniter's."""
+    if not isinstance(expression, str) or not expression.strip():
+        raise ValueError(f"expression must be a non-empty string, got {expression!r}")
+    _, body = _split_zone(expression)
+    if body.startswith("@every"):
+        validate(expression)
+        return
+    _legacy_fields(body)
+
+
+def next_occurrence(
+    expression: str,
+    after_ms: int,
+    *,
+    classic_day_rule: bool = True,
+    crontab_reading: bool = True,
+    dst: crontab.DaylightSaving = crontab.CRONTAB_DST,
+) -> int | None:
     """The first firing time of `expression` strictly after `after_ms` (epoch ms), or None.
 
-    `classic_day_rule=False` ORs the two day fields whenever both are restricted, even when
-    one begins with ``*``: how schedules recorded before the classic rule fired."""
-    validate(expression)
+    Cron is read as crontab(5) reads it (`workflows.schedule.crontab`). The reading of builds
+    before it (croniter's) is kept where a run recorded it: `crontab_reading=False` for an
+    expression the two readings differ on, `classic_day_rule=False` (the day fields ORed
+    whenever both are restricted), and an expression crontab's reading refuses that croniter
+    took (`L`, `#`, `W`, `?`), which only an older build can have stored. `dst` chooses what
+    a local time that daylight saving skips or repeats does (crontab's choices by default;
+    croniter's reading keeps them)."""
+    _readable(expression)
     zone, body = _split_zone(expression)
     if body.startswith("@every"):
         step = parse_every(body[len("@every") :])
         return (after_ms // step + 1) * step
-    fields = _cron_fields(body)
+    legacy = (
+        not classic_day_rule
+        or (not crontab_reading and crontab_reading_matters(expression))
+        or _refusal(expression) != ""
+    )
+    if legacy:
+        return _legacy_next(expression, after_ms, classic_day_rule=classic_day_rule)
+    fields = _crontab_fields(body)
+    return crontab.next_instant(fields, zone or _zone("UTC"), after_ms, _MAX_YEARS, dst)
+
+
+def _legacy_next(expression: str, after_ms: int, *, classic_day_rule: bool) -> int | None:
+    """croniter's reading, with this module's daylight-saving choices on top."""
+    zone, body = _split_zone(expression)
+    fields = _legacy_fields(body)
     has_seconds = len(fields) == 6
     hour_field = fields[2] if has_seconds else fields[1]
     zone = zone or _zone("UTC")
@@ -201,11 +345,27 @@ def next_occurrence(expression: str, after_ms: int, *, classic_day_rule: bool = 
     return None
 
 
-def classic_next_at(expression: str, next_at: int) -> int | None:
+def classic_next_at(expression: str, next_at: int, *, crontab_reading: bool = True) -> int | None:
     """A next tick found with `classic_day_rule=False`, under the classic rule: the same time
     when classic cron fires then too, else its next firing after it. A time that search
-    would not find again (one moved past a DST gap) is kept."""
+    would not find again (one moved past a DST gap) is kept, and so is any time of an
+    expression the rule does not change."""
+    if not day_rule_matters(expression):
+        return next_at
     if next_occurrence(expression, next_at - 1, classic_day_rule=False) != next_at:
+        return next_at
+    return next_occurrence(expression, next_at - 1, crontab_reading=crontab_reading)
+
+
+def crontab_next_at(expression: str, next_at: int) -> int | None:
+    """A next tick found by croniter's reading, under crontab's: the same time when crontab's
+    reading fires then too, else its next firing after it (a one-value range that croniter
+    read as `*` does not fire again within the hour). A time that search would not find
+    again (one moved past a DST gap) is kept, and so is any time of an expression both
+    readings fire alike on."""
+    if not crontab_reading_matters(expression):
+        return next_at
+    if next_occurrence(expression, next_at - 1, crontab_reading=False) != next_at:
         return next_at
     return next_occurrence(expression, next_at - 1)
 

@@ -110,6 +110,21 @@ def plugin_run_timeout_ms(activity_id: str) -> int | None:
     return timeout if 1 <= timeout <= MAX_DELAY_MS else None
 
 
+class DstPolicy(BaseModel):
+    """What a schedule does with a local time that daylight saving skips or repeats (the
+    `dst_policy` start field). It applies to the times an expression names by hour: an
+    hours field beginning with `*` (or naming every hour) goes on hourly through a change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # A local time that does not exist (spring forward): `shift` fires at the end of the
+    # gap (crontab's behaviour), `skip` does not fire that day.
+    nonexistent: Literal["shift", "skip"] = "shift"
+    # A local time that occurs twice (fall back): fire in the `first` copy (crontab's
+    # behaviour), the `last`, or `both`.
+    ambiguous: Literal["first", "last", "both"] = "first"
+
+
 class ScheduleInput(BaseModel):
     """Start input of `DurabilitySchedule`; every field is optional."""
 
@@ -149,6 +164,8 @@ class ScheduleInput(BaseModel):
     remaining_runs: int | None = Field(None, ge=0, le=MAX_REMAINING_RUNS)
     # A run that settles `errored` pauses the schedule, with a note naming it.
     pause_on_failure: bool = False
+    # Local times daylight saving skips or repeats, for cron with CRON_TZ (docs/cron.md).
+    dst_policy: DstPolicy = Field(default_factory=DstPolicy)
     # Not part of the wire contract: continue-as-new once history has this many events
     # (None: when Temporal suggests it, or at DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS).
     continue_as_new_after_events: int | None = Field(None, ge=10)

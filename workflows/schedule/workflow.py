@@ -51,9 +51,11 @@ with workflow.unsafe.imports_passed_through():
         idempotency_key,
         lifecycle_event,
     )
+    from workflows.schedule.preview import daylight_saving
     from workflows.schedule.publish import Published
     from workflows.schedule.redelivery import Deliveries, Redeliveries
     from workflows.schedule.run import STARTS, WATCHES, RunReports
+    from workflows.schedule.set_rules import parse_new_set, request_refusal
     from workflows.validation import CARRIED_CONTEXT
 
 
@@ -121,7 +123,13 @@ class DurabilityScheduleWorkflow:
 
     def next_occurrence(self, expression: str, after_ms: int) -> int | None:
         """The first tick of `expression` strictly after `after_ms`; override to plug in."""
-        return cron.next_occurrence(expression, after_ms, classic_day_rule=self._day_rule.classic)
+        return cron.next_occurrence(
+            expression,
+            after_ms,
+            classic_day_rule=self._day_rule.classic,
+            crontab_reading=self._day_rule.crontab,
+            dst=daylight_saving(self._settings.dst_policy),
+        )
 
     @workflow.run
     async def run(self, input: RawValue = NO_INPUT) -> None:
@@ -265,6 +273,10 @@ class DurabilityScheduleWorkflow:
         self._check_open("set")
         now = now_ms()
         request = parse_set(raw, self.next_occurrence, now)
+        builtin = self._day_rule.builtin
+        refused = request_refusal(request, self.next_occurrence, now, builtin=builtin)
+        if refused is not None and self._day_rule.refuses_new_set():
+            raise InvalidRequest(refused)
         self._day_rule.decide(request.expression)
         applied = self._core.set(request, now, lambda max_ms: workflow.random().randint(0, max_ms))
         self._kernel.wake()
@@ -290,7 +302,8 @@ class DurabilityScheduleWorkflow:
     def validate_set(self, raw: Any = None) -> None:
         """Reject a malformed `set` before anything is recorded."""
         self._kernel.validate(self._core.check_open, "set")
-        self._kernel.validate(parse_set, raw, self.next_occurrence, now_ms())
+        builtin = self._day_rule.builtin
+        self._kernel.validate(parse_new_set, raw, self.next_occurrence, now_ms(), builtin=builtin)
 
     @workflow.signal(name="cancel")
     def cancel_signal(self, raw: Any = None) -> None:
@@ -319,9 +332,15 @@ class DurabilityScheduleWorkflow:
         whatever completion a cold worker applies in the same activation."""
         self._check_open("configure")
         settings = parse_configure(raw, self._settings)
+        dst_changed = settings.dst_policy != self._settings.dst_policy
         self._settings = settings
         self._core.use_settings(settings)
         self._core.configure_bounds(settings, raw, now_ms())  # raw: the fields it set
+        if dst_changed:  # the next tick as the new policy finds it, from now
+            now = now_ms()
+            self._core.revise_next_at(
+                lambda expression, _: self._core.bounded_next(expression, now)
+            )
         for part in (self._lifecycle, self._deliveries, self._redeliveries, self._runs):
             part.use_settings(settings)
         self._kernel.wake()

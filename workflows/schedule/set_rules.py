@@ -1,0 +1,93 @@
+"""The rules a new `set` must meet beyond parsing: an expression the user can have meant.
+
+One rule, applied by the workflow's `set` (validator, and handler behind a patch: see
+`day_rule`), by the client before it sends (so by the CLI too):
+
+- with the built-in reading, the expression is read as crontab(5) reads it: extensions it
+  does not know (`L`, `W`, `#`, `?`) are refused, naming the field and the item;
+- an `@every` at least `MIN_EVERY_MS` (1 s);
+- an expression with a future occurrence (`0 0 30 2 *` has none);
+- a jitter below the expression's interval: the `@every` duration, or the gap between its
+  next two firing times.
+
+Pure: the caller passes the schedule's `next_occurrence` and the time.
+"""
+
+from __future__ import annotations
+
+from workflows.schedule import cron
+from workflows.schedule.core import InvalidRequest, parse_set
+from workflows.schedule.cron import NextOccurrence
+from workflows.schedule.models import JitterRange, SetRequest
+
+MIN_EVERY_MS = 1_000
+
+
+def every_ms(expression: str) -> int | None:
+    """The duration of an `@every` expression in ms; None for anything else."""
+    text = expression.strip()
+    if not text.startswith("@every"):
+        return None
+    try:
+        return cron.parse_every(text[len("@every") :])
+    except ValueError:
+        return None
+
+
+def refusal(
+    expression: str,
+    jitter_max_ms: int,
+    next_occurrence: NextOccurrence,
+    now_ms: int,
+    *,
+    builtin: bool,
+) -> str | None:
+    """Why a new `set` of `expression` with a jitter of up to `jitter_max_ms` cannot be
+    what the user meant, naming the field and value; None when it can. `expression` has
+    already parsed (`core.parse_set`)."""
+    if builtin:
+        try:
+            cron.validate(expression)
+        except ValueError as error:
+            return f"set.expression is not supported, got {expression!r:.200}: {error}"
+    step = every_ms(expression)
+    if step is not None and step < MIN_EVERY_MS:
+        return (
+            f"set.expression fires more often than every {MIN_EVERY_MS} ms, the shortest "
+            f"@every, got {expression!r:.200}"
+        )
+    first = next_occurrence(expression, now_ms)
+    if first is None:
+        return f"set.expression never fires after now, got {expression!r:.200}"
+    if jitter_max_ms <= 0:
+        return None
+    interval = step
+    if interval is None:
+        second = next_occurrence(expression, first)
+        interval = None if second is None else second - first
+    if interval is not None and jitter_max_ms >= interval:
+        return (
+            f"set.jitter_ms must be less than the expression's interval of {interval} ms, "
+            f"got {jitter_max_ms}"
+        )
+    return None
+
+
+def request_refusal(
+    request: SetRequest, next_occurrence: NextOccurrence, now_ms: int, *, builtin: bool
+) -> str | None:
+    """`refusal` of a parsed `set` request."""
+    jitter = request.jitter_ms
+    jitter_max_ms = jitter.max_ms if isinstance(jitter, JitterRange) else jitter
+    return refusal(request.expression, jitter_max_ms, next_occurrence, now_ms, builtin=builtin)
+
+
+def parse_new_set(
+    raw: object, next_occurrence: NextOccurrence, now_ms: int, *, builtin: bool
+) -> SetRequest:
+    """`core.parse_set`, then the rules of a new `set`: InvalidRequest naming the field."""
+    request = parse_set(raw, next_occurrence, now_ms)
+    reason = request_refusal(request, next_occurrence, now_ms, builtin=builtin)
+    if reason is not None:
+        raise InvalidRequest(reason)
+    return request
