@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, ValidationInfo
 
 StartInput = TypeVar("StartInput", bound=BaseModel)
 
@@ -31,6 +31,16 @@ class InvalidRequest(ValueError):
     of refusal: `NoLiveSchedule`, `NoRoomForRuns`, `LedgerStopped`)."""
 
 
+# The validation context of settings carried by continue-as-new: a bound a release tightened
+# since is not applied to them (a run an earlier build accepted must not fail on continuing).
+CARRIED_CONTEXT = {"carried": True}
+
+
+def carried(info: ValidationInfo) -> bool:
+    """Whether a validator reads settings carried by continue-as-new (`CARRIED_CONTEXT`)."""
+    return isinstance(info.context, dict) and info.context.get("carried") is True
+
+
 def format_validation_error(what: str, error: ValidationError) -> str:
     """`invalid <what>: field.path: message (got value)` for each problem, one line."""
     parts = []
@@ -43,7 +53,12 @@ def format_validation_error(what: str, error: ValidationError) -> str:
     return f"invalid {what}: " + "; ".join(parts)
 
 
-def strict_problem(what: str, model: type[BaseModel], settings: Mapping[str, Any]) -> str | None:
+def strict_problem(
+    what: str,
+    model: type[BaseModel],
+    settings: Mapping[str, Any],
+    context: Mapping[str, Any] | None = None,
+) -> str | None:
     """Why `settings` (already valid laxly) is refused by a strict reading as `model`, or
     None: a field `model` does not have, or a value of another JSON type that lax validation
     converted."""
@@ -52,7 +67,7 @@ def strict_problem(what: str, model: type[BaseModel], settings: Mapping[str, Any
         return f"invalid {what}: unknown field(s) {', '.join(unknown)[:200]}"
     try:
         # In JSON mode, as the input arrived: a strict reading that still takes an enum's value.
-        model.model_validate_json(json.dumps(dict(settings)), strict=True)
+        model.model_validate_json(json.dumps(dict(settings)), strict=True, context=context)
     except ValidationError as error:
         return format_validation_error(what, error)
     except (TypeError, ValueError):  # not JSON values (a subclass decoding its own input)
@@ -70,10 +85,14 @@ def read_start_input(
     """A workflow's start input as `model`, with why it is refused and why a strict reading
     of its settings (`settings_model`, everything but `carried_field`) refuses it, if so. A
     refused input reads as `model()`'s defaults. `read()` returns the input as JSON values,
-    or raises ValueError."""
+    or raises ValueError. Settings carried by continue-as-new (`carried_field` set) are read
+    with `CARRIED_CONTEXT`."""
+    context = None
     try:
         raw = read() or {}
-        start = model.model_validate(raw)
+        if isinstance(raw, dict) and raw.get(carried_field) is not None:
+            context = CARRIED_CONTEXT
+        start = model.model_validate(raw, context=context)
     except ValidationError as invalid:
         return model(), format_validation_error(what, invalid), None
     except ValueError as unreadable:
@@ -81,7 +100,7 @@ def read_start_input(
     coerced = None
     if isinstance(raw, dict):
         given = {k: v for k, v in raw.items() if k != carried_field}
-        coerced = strict_problem(what, settings_model, given)
+        coerced = strict_problem(what, settings_model, given, context)
     return start, None, coerced
 
 

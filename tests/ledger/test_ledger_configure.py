@@ -10,7 +10,13 @@ import re
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 
 from tests.ledger.test_ledger_workflow import record_history
 from tests.support.cold_worker import LedgerActivities
@@ -181,4 +187,58 @@ async def test_configured_settings_are_carried_across_continue_as_new(
         assert await latest.query("settings") == settings
         await eventually(lambda: _all_resolved(latest, 6), timeout=60)
         assert acts.completions, "the configured complete_activity is called"
+        await latest.terminate("test done")
+
+
+async def test_a_carried_lane_of_zero_is_kept_across_continue_as_new(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """A ledger carrying a lane of 0 (which earlier builds accepted at start) keeps it on its
+    next continue-as-new: that type never dispatches, the others go on, `settings` shows the
+    lane; a new start and a `configure` still refuse it."""
+    ledger_id = f"conf-lane0-{unique}"
+    acts = LedgerActivities()
+    carried_input = {
+        "continue_as_new_after_events": 40,
+        "lanes": {"asset.upload": 1, "shape.update": 0},
+        "ledger_id": ledger_id,
+        "carried_state": {"ledger_id": ledger_id},
+    }
+    async with running_worker(client, task_queue, acts.all()):
+        handle = await client.start_workflow(
+            "OperationLedger", carried_input, id=f"ledger:{ledger_id}", task_queue=task_queue
+        )
+        first_run = (await handle.describe()).run_id
+        parked = {**op("parked", "c"), "operation_type": "shape.update"}
+        await handle.execute_update("enqueue", {"operations": [parked]})
+        for index in range(6):
+            moving = {**op(f"op-{index}", f"c{index}"), "operation_type": "asset.upload"}
+            await handle.execute_update("enqueue", {"operations": [moving]})
+
+        async def continued() -> bool:
+            return (await handle.describe()).run_id != first_run
+
+        await eventually(continued, timeout=60)
+        latest = client.get_workflow_handle(f"ledger:{ledger_id}")
+
+        async def others_resolved() -> bool:
+            current = await phases(latest)
+            return all(p == "resolved" for o, p in current.items() if o != "parked")
+
+        await eventually(others_resolved, timeout=60)
+        assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+        assert (await phases(latest))["parked"] == "pending"
+        assert (await latest.query("settings"))["lanes"] == {"asset.upload": 1, "shape.update": 0}
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await latest.execute_update("configure", {"lanes": {"shape.update": 0}})
+        assert "lane of 'shape.update' must be from 1 to 1000, got 0" in str(refused.value.cause)
+        fresh = await client.start_workflow(
+            "OperationLedger",
+            {"lanes": {"shape.update": 0}},
+            id=f"ledger:{ledger_id}-new",
+            task_queue=task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await fresh.result()
+        assert "lane of 'shape.update'" in str(failed.value.cause)
         await latest.terminate("test done")

@@ -95,7 +95,7 @@ def test_a_schedule_value_out_of_bounds_or_of_another_type_is_refused_naming_it(
 
 @settings(max_examples=100)
 @given(
-    changes=ints_within(LEDGER_INTS), lanes=st.dictionaries(st.text(max_size=8), st.integers(0, 9))
+    changes=ints_within(LEDGER_INTS), lanes=st.dictionaries(st.text(max_size=8), st.integers(1, 9))
 )
 def test_ledger_fields_change_and_the_rest_is_kept(
     changes: dict[str, int], lanes: dict[str, int]

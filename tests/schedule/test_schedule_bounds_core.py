@@ -33,6 +33,7 @@ from workflows.schedule.models import (
     SkipReason,
 )
 from workflows.schedule.status import details
+from workflows.validation import CARRIED_CONTEXT
 
 
 def every(expression: str, after_ms: int) -> int | None:
@@ -407,6 +408,25 @@ def test_a_bad_bound_in_the_start_input_is_refused_naming_the_field_and_value(
     assert start.error is not None and named in start.error
     if "(root)" not in start.error:
         assert f"(got {list(start_input.values())[-1]!r})" in start.error
+
+
+@pytest.mark.parametrize("field", ["start_at", "end_at"])
+def test_a_life_bound_an_earlier_build_accepted_is_kept_when_carried(field: str) -> None:
+    """A schedule carrying a `start_at` / `end_at` past 2100 (accepted before that bound)
+    continues as new with it; a new start and `configure` still refuse it."""
+    far = MAX_SAFE_INTEGER - 1
+    carried = parse_start(lambda: {field: far, "carried": {"paused": True}}, "schedule:acct")
+    assert carried.error is None and carried.coerced is None
+    assert getattr(carried.settings, field) == far
+    continued = ScheduleWorkflowInput.model_validate(
+        {**carried.settings.model_dump(), "carried": carried.carried}, context=CARRIED_CONTEXT
+    )
+    assert getattr(continued, field) == far
+    fresh = parse_start(lambda: {field: far}, "schedule:acct")
+    assert fresh.error is not None
+    assert f"{field}: Input should be less than or equal to {MAX_LIFE_BOUND_MS}" in fresh.error
+    with pytest.raises(InvalidRequest, match=field):
+        parse_configure({field: far}, ScheduleInput())
 
 
 @pytest.mark.parametrize(

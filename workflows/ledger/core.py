@@ -78,13 +78,14 @@ from workflows.ledger.models import (
     StopInput,
 )
 from workflows.limits import MAX_JSON_DEPTH, id_form_problem, id_problem, json_depth
-from workflows.validation import InvalidRequest as InvalidRequest
 from workflows.validation import (
+    CARRIED_CONTEXT,
     configured,
     format_validation_error,
     read_start_input,
     settings_view,
 )
+from workflows.validation import InvalidRequest as InvalidRequest
 
 MISSING_PARTICIPANTS = "missing_participants"
 PARTICIPANT_MISMATCH = "participant_mismatch"
@@ -1576,7 +1577,8 @@ def read_start(read: Callable[[], Any], workflow_id: str) -> Start:
         "OperationLedger input", read, LedgerInput, LedgerConfig, "carried_state"
     )
     config = LedgerConfig.model_validate(
-        {**start.model_dump(exclude={"carried_state"}), "ledger_id": start.ledger_id}
+        {**start.model_dump(exclude={"carried_state"}), "ledger_id": start.ledger_id},
+        context=CARRIED_CONTEXT if start.carried_state is not None else None,
     )
     ledger_id = start.ledger_id or workflow_id.removeprefix(LEDGER_ID_PREFIX)
     problem = id_problem("ledger_id", ledger_id)
@@ -1653,8 +1655,9 @@ def next_run_input(state: LedgerState, config: LedgerConfig, ledger_id: str) -> 
         left_out.add("complete_activity")
     if not config.own_retry_timers:
         left_out.add("own_retry_timers")
-    return LedgerInput(
-        **config.model_dump(exclude=left_out), ledger_id=ledger_id, carried_state=state
+    return LedgerInput.model_validate(
+        {**config.model_dump(exclude=left_out), "ledger_id": ledger_id, "carried_state": state},
+        context=CARRIED_CONTEXT,
     )
 
 

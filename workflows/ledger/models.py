@@ -14,11 +14,14 @@ from pydantic import (
     Field,
     JsonValue,
     SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
     model_serializer,
     model_validator,
 )
 
 from workflows.limits import ActivityName, BoundedId, TaskQueueName
+from workflows.validation import carried
 
 # Input limits: with them and the state budget (workflows.budget) everything the
 # ledger carries across continue-as-new stays well under Temporal's 2 MB payload limit.
@@ -79,6 +82,11 @@ class RetryConfig(BaseModel):
     maximum_interval_ms: int = Field(default=30_000, ge=1, le=MAX_INT32)
 
 
+# A new start's and `configure`'s bounds on each of `lanes`.
+MIN_LANE = 1
+MAX_LANE = 1000
+
+
 def _default_lanes() -> dict[str, int]:
     return {"asset.upload": 1}
 
@@ -110,7 +118,9 @@ class LedgerConfig(BaseModel):
 
     ledger_id: str | None = None
     concurrency: int = Field(default=2, ge=1, le=1000)
-    lanes: dict[str, Annotated[int, Field(ge=1, le=1000)]] = Field(default_factory=_default_lanes)
+    # 1..1000 per type for a new start and for `configure`; a lane outside that carried by
+    # continue-as-new (earlier builds took 0 or below) is kept: that type never dispatches.
+    lanes: dict[str, int] = Field(default_factory=_default_lanes)
     participant_free_types: list[str] = Field(default_factory=_default_participant_free)
     supported_protocol_versions: list[int] = Field(default_factory=lambda: [1])
     retry: RetryConfig = Field(default_factory=RetryConfig)
@@ -141,6 +151,19 @@ class LedgerConfig(BaseModel):
     # ledger's grant (L4). Left out of the continued run's input while off (a rolling upgrade).
     own_retry_timers: bool = False
     retention: RetentionConfig = Field(default_factory=lambda: RetentionConfig())
+
+    @field_validator("lanes")
+    @classmethod
+    def _lanes_within_bounds(cls, lanes: dict[str, int], info: ValidationInfo) -> dict[str, int]:
+        if carried(info):
+            return lanes
+        for operation_type, lane in lanes.items():
+            if not MIN_LANE <= lane <= MAX_LANE:
+                raise ValueError(
+                    f"lane of {operation_type!r:.80} must be from {MIN_LANE} to {MAX_LANE}, "
+                    f"got {lane}"
+                )
+        return lanes
 
     @model_serializer(mode="wrap")
     def _leave_out_unset(self, handler: SerializerFunctionWrapHandler) -> Any:

@@ -71,6 +71,10 @@ LAUNCH_GATE_PATCH = "ledger-launch-gate"
 # Recorded by a run whose `enqueue` signal dropped an operation that could never dispatch
 # (no participants, not participant-free); a run recorded before it blocked such operations.
 ENQUEUE_PARTICIPANTS_PATCH = "ledger-refuse-no-participants"
+# Recorded by a run the first time it publishes its status memo because the counts per phase
+# changed without a completion (enqueue, skip, resume, configure, stop): `durability ledger
+# list` reads that memo. A run recorded before published only on completions.
+PUBLISH_COUNTS_PATCH = "ledger-publish-phase-counts"
 
 __all__ = ["FrozenRequestWorkflow", "OperationLedgerWorkflow"]
 
@@ -107,6 +111,8 @@ class OperationLedgerWorkflow:
         )
         self._kernel.wake()
         self._final: dict[str, Any] | None = None
+        # The counts per phase this run last published in its status memo (None: none yet).
+        self._published_counts: dict[str, int] | None = None
         # The timer that wakes the ledger when a waiting request's retry is due: (due, task).
         self._retry_wake: tuple[int, asyncio.Task[None]] | None = None
 
@@ -137,12 +143,14 @@ class OperationLedgerWorkflow:
                 )
             self._kernel.clear_wake()
             self._pump()
+            self._publish_changed_counts()
             # What the UI shows as Current Details (metadata a query reads, not a command).
             workflow.set_current_details(core.details(self._state))
         # Unlike continue-as-new (workflows.kernel), the ledger completes in `stop`'s own
         # task: a caller reads it as completed once `stop` returns. A signal racing that task
         # can still get `stop` aborted unapplied; DurabilityClient sends it again.
         await workflow.wait_condition(workflow.all_handlers_finished)
+        self._publish_changed_counts()
         return self._final
 
     def _history_due(self) -> bool:
@@ -244,7 +252,16 @@ class OperationLedgerWorkflow:
 
     def _send_progress(self) -> None:
         """The progress barrier (`workflows.kernel`): this workflow task sends a command."""
-        self._kernel.progress(core.phase_counts(self._state))
+        self._published_counts = core.phase_counts(self._state)
+        self._kernel.progress(self._published_counts)
+
+    def _publish_changed_counts(self) -> None:
+        """Publish the counts per phase (the status memo `durability ledger list` reads)
+        when a message changed them since this run last did (`skip`, `resume`, ...)."""
+        if self._published_counts == core.phase_counts(self._state):
+            return
+        if workflow.patched(PUBLISH_COUNTS_PATCH):
+            self._send_progress()
 
     # ------------------------------------------------------------ messages
     # Every payload is parsed by its `core` function before anything is recorded, through the

@@ -34,8 +34,8 @@ from workflows.schedule.models import (
     SkipReason,
     idempotency_key,
 )
+from workflows.validation import CARRIED_CONTEXT, configured, read_start_input, settings_view
 from workflows.validation import InvalidRequest as InvalidRequest
-from workflows.validation import configured, read_start_input, settings_view
 
 Pick = Callable[[int], int]
 
@@ -259,7 +259,8 @@ def parse_start(decode: Callable[[], object], workflow_id: str) -> Start:
     # A run continued as new carries its state: its ID was taken when it first started.
     bad_form = id_form_problem("object_id", object_id) if start.carried is None else None
     settings = ScheduleInput.model_validate(
-        {**start.model_dump(exclude={"carried"}), "object_id": object_id}
+        {**start.model_dump(exclude={"carried"}), "object_id": object_id},
+        context=CARRIED_CONTEXT if start.carried is not None else None,
     )
     bad_id = None if bad_form is None else f"invalid DurabilitySchedule input: {bad_form}"
     return Start(settings, start.carried, problem, coerced, bad_id)

@@ -6,9 +6,18 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from workflows.limits import MAX_INT32, ActivityName, TaskQueueName, WorkflowId
+from workflows.validation import carried
 
 MAX_DELAY_MS = 2**31 - 1
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -146,8 +155,10 @@ class ScheduleInput(BaseModel):
     # that fires more than this after it was due is skipped (`catchup_window`), not run.
     catchup_window_ms: int | None = Field(None, ge=1, le=MAX_DELAY_MS)
     # No tick is scheduled before `start_at` nor at or after `end_at` (epoch ms).
-    start_at: int | None = Field(None, ge=0, le=MAX_LIFE_BOUND_MS)
-    end_at: int | None = Field(None, ge=0, le=MAX_LIFE_BOUND_MS)
+    # At most MAX_LIFE_BOUND_MS for a new start and `configure`; a value an earlier build
+    # accepted (up to MAX_SAFE_INTEGER) is kept when carried by continue-as-new.
+    start_at: int | None = Field(None, ge=0)
+    end_at: int | None = Field(None, ge=0)
     # How many ticks may still record a run: read at the first start only, then counted
     # down in the carried state (`ScheduleState.remaining_runs`). Null: no limit.
     remaining_runs: int | None = Field(None, ge=0, le=MAX_REMAINING_RUNS)
@@ -158,6 +169,16 @@ class ScheduleInput(BaseModel):
     # Not part of the wire contract: continue-as-new once history has this many events
     # (None: when Temporal suggests it, or at DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS).
     continue_as_new_after_events: int | None = Field(None, ge=10)
+
+    @field_validator("start_at", "end_at")
+    @classmethod
+    def _within_life_bound(cls, value: int | None, info: ValidationInfo) -> int | None:
+        bound = MAX_SAFE_INTEGER if carried(info) else MAX_LIFE_BOUND_MS
+        if value is not None and value > bound:
+            raise PydanticCustomError(
+                "less_than_equal", "Input should be less than or equal to {le}", {"le": bound}
+            )
+        return value
 
     @model_validator(mode="after")
     def _end_after_start(self) -> ScheduleInput:

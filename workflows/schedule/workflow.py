@@ -63,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.schedule.redelivery import Deliveries, Redeliveries
     from workflows.schedule.run import STARTS, WATCHES, RunReports
     from workflows.schedule.set_rules import parse_new_set, request_refusal
+    from workflows.validation import CARRIED_CONTEXT
 
 
 # Recorded when a cancellation request reaches a run: it then closes only once every run it
@@ -165,7 +166,7 @@ class DurabilityScheduleWorkflow:
             )
             raise
         carried = ScheduleWorkflowInput.model_validate(
-            {**self._settings.model_dump(), "carried": self._core.state}
+            {**self._settings.model_dump(), "carried": self._core.state}, context=CARRIED_CONTEXT
         )
         workflow.continue_as_new(carried.model_dump(mode="json"))
 
