@@ -150,10 +150,10 @@ class FarSide:
         try:
             pick = "applied" if count > CALLS_BEFORE_APPLIED else rng.choices(
                 ["applied", "rejected", "accepted", "unresolved", "blocked", "raising", "slow"],
-                [30, 6, 15, 14, 3, 10, 19],
+                [25, 5, 12, 12, 3, 8, 35],
             )[0]  # fmt: skip
             if pick == "slow":
-                deadline = time.monotonic() + rng.uniform(0.3, 1.2)
+                deadline = time.monotonic() + rng.uniform(0.4, 1.5)
                 while time.monotonic() < deadline:
                     activity.heartbeat()
                     await asyncio.sleep(0.05)
@@ -684,7 +684,8 @@ async def test_random_messages_through_the_sdk_keep_the_ledger_promises(
         assert runs > 1, f"seed {seed}: the ledger never continued as new"
         assert workers.restarts == 2 and far.calls, f"seed {seed}"
         print(
-            f"seed {seed}: {len(far.calls)} calls, {runs} runs, refused {dict(driver.refused)}, "
+            f"seed {seed}: {len(far.calls)} calls, {runs} runs, {far.max_in_progress} at once "
+            f"{dict(far.max_by_type)}, refused {dict(driver.refused)}, "
             f"final {result['counts']}"
         )
     finally:
