@@ -18,7 +18,7 @@ from temporalio.client import Client
 from durability.client import DurabilityClient
 from tests.platform.test_health import probe
 from tests.platform.test_kubernetes import EXIT_AFTER_DRAIN_SECONDS
-from tests.support.fleet import WorkerFleet
+from tests.support.fleet import FLEET_START_GRACE, WorkerFleet
 from tests.support.helpers import eventually
 from tests.support.ledger import intent
 from tests.support.recorder import Recorder
@@ -76,7 +76,7 @@ async def test_sigterm_drains_what_the_worker_holds_and_another_worker_finishes_
     }
     for fleet in fleets.values():
         fleet.directory.mkdir()
-    durability = DurabilityClient(client, queue)
+    durability = DurabilityClient(client, queue, worker_grace=FLEET_START_GRACE)
     prefix = uuid.uuid4().hex[:6]
     object_ids = [f"drain-{prefix}-{i}" for i in range(3)]
     ledger_id = f"drain-{prefix}-ledger"

@@ -16,7 +16,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durability.client import DurabilityClient
-from tests.support.fleet import WorkerFleet
+from tests.support.fleet import FLEET_START_GRACE, WorkerFleet
 from tests.support.helpers import eventually, temporal
 from tests.support.recorder import Recorder
 
@@ -64,7 +64,7 @@ async def test_workers_share_the_work_and_ticking_survives_all_but_one(
     queue = f"fleet-{uuid.uuid4().hex[:8]}"
     fleet = WorkerFleet(dev_server_address, queue, 3, tmp_path, {"DURABILITY_LOG_LEVEL": "INFO"})
     fleet.start()
-    durability = DurabilityClient(client, queue)
+    durability = DurabilityClient(client, queue, worker_grace=FLEET_START_GRACE)
     object_ids = [f"fleet-{uuid.uuid4().hex[:6]}-{i}" for i in range(4)]
     params = {"url": f"{recorder.base_url}/run", "outcome_url": f"{recorder.base_url}/outcome"}
 
@@ -176,7 +176,7 @@ async def test_rolling_upgrade_moves_running_schedules_to_the_new_build(
         )
         for build in ("v1", "v2")
     }
-    durability = DurabilityClient(client, queue)
+    durability = DurabilityClient(client, queue, worker_grace=FLEET_START_GRACE)
     object_id = f"upgrade-{uuid.uuid4().hex[:6]}"
     params = {"url": f"{recorder.base_url}/run", "outcome_url": f"{recorder.base_url}/outcome"}
 
@@ -246,7 +246,7 @@ async def test_run_killed_mid_flight_is_interrupted_even_if_the_run_timer_fires_
     queue = f"killed-{uuid.uuid4().hex[:8]}"
     fleet = WorkerFleet(dev_server_address, queue, 1, tmp_path)
     fleet.start()
-    durability = DurabilityClient(client, queue)
+    durability = DurabilityClient(client, queue, worker_grace=FLEET_START_GRACE)
     object_id = f"killed-{uuid.uuid4().hex[:6]}"
     base = recorder.base_url
     try:

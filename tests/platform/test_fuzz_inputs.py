@@ -224,8 +224,10 @@ VALID_EXPRESSIONS = [
     "*/30 * * * *",
     "CRON_TZ=Europe/Paris 0 9 * * 1-5",
     "@daily",
-    "0 0 30 2 *",  # never fires: no next occurrence
 ]
+# A jitter below every valid expression's interval (`*/30` fires every 30 minutes): a set
+# whose jitter is at least its interval is refused naming `jitter_ms`.
+VALID_JITTER_MS = 30 * 60 * 1000 - 1
 EXPRESSION_TOKENS = [
     *["*", "*/5", "*/0", "0", "59", "60", "1-5", "5-1", "MON", "JAN-DEC", "L", "1W", "5#6", "?"],
     *[",", "-", "/", "@every", "@daily", "@hourly", "@yearly", "@bogus", "@every 0s"],
@@ -235,6 +237,7 @@ EXPRESSION_TOKENS = [
 ]
 expressions = st.one_of(
     st.sampled_from(VALID_EXPRESSIONS),
+    st.just("0 0 30 2 *"),  # never fires: no next occurrence
     st.lists(st.sampled_from(EXPRESSION_TOKENS), min_size=1, max_size=7).map(" ".join),
     small_text,
 )
@@ -243,15 +246,21 @@ set_payloads = mutated(
         {"expression": st.sampled_from(VALID_EXPRESSIONS), "version": st.integers(0, 2**53 - 1)},
         optional={
             "jitter_ms": st.one_of(
-                st.integers(0, 2**31 - 1),
-                st.fixed_dictionaries({"max_ms": st.integers(0, 2**31 - 1)}),
+                st.integers(0, VALID_JITTER_MS),
+                st.fixed_dictionaries({"max_ms": st.integers(0, VALID_JITTER_MS)}),
             ),
             "params": st.dictionaries(small_text, json_value, max_size=4),
         },
     ),
     "set",
     MESSAGE_DEPTH,
-    fields={"expression": expressions},
+    fields={
+        "expression": expressions,
+        "jitter_ms": st.one_of(
+            st.integers(0, 2**31 - 1),
+            st.fixed_dictionaries({"max_ms": st.integers(0, 2**31 - 1)}),
+        ),
+    },
 )
 cancel_payloads = mutated(
     st.fixed_dictionaries({}, optional={"version": st.integers(0, 2**53 - 1)}),
@@ -343,7 +352,7 @@ def ledger_start_inputs(max_depth: int) -> st.SearchStrategy[tuple[Any, str]]:
         optional={
             "ledger_id": small_text,
             "concurrency": st.integers(1, 1000),
-            "lanes": st.dictionaries(small_text, st.integers(-2, 10), max_size=3),
+            "lanes": st.dictionaries(small_text, st.integers(1, 10), max_size=3),
             "participant_free_types": st.lists(small_text, max_size=3),
             "supported_protocol_versions": st.lists(st.integers(), max_size=3),
             "retry": retry,
@@ -363,19 +372,24 @@ def ledger_start_inputs(max_depth: int) -> st.SearchStrategy[tuple[Any, str]]:
 
 
 OP_IDS = ["op-a", "op-b", "\u202eop", "\U0001d52c\U0001d52d", "op\u200b", "x" * 100]
+canvases = st.sampled_from(["c1", "c2", "\u200f", "\U0001d520"]) | names
+intent_fields = {
+    "dependencies": st.lists(st.sampled_from(OP_IDS), max_size=2),
+    "payload": json_value,
+    "protocol_version": st.sampled_from([1, 1, 2, 0, -1, 2**64]),
+}
+# A valid intent of a type that is not participant-free names its participants (an empty
+# list is refused naming them); `asset.upload` may name none.
 intents = st.fixed_dictionaries(
     {
         "id": st.sampled_from(OP_IDS) | names,
-        "operation_type": st.sampled_from(["t", "asset.upload"]),
+        "operation_type": st.just("t"),
+        "participants": st.lists(canvases, min_size=1, max_size=3),
     },
-    optional={
-        "participants": st.lists(
-            st.sampled_from(["c1", "c2", "\u200f", "\U0001d520"]) | names, max_size=3
-        ),
-        "dependencies": st.lists(st.sampled_from(OP_IDS), max_size=2),
-        "payload": json_value,
-        "protocol_version": st.sampled_from([1, 1, 2, 0, -1, 2**64]),
-    },
+    optional=intent_fields,
+) | st.fixed_dictionaries(
+    {"id": st.sampled_from(OP_IDS) | names, "operation_type": st.just("asset.upload")},
+    optional={"participants": st.lists(canvases, max_size=3), **intent_fields},
 )
 
 

@@ -20,7 +20,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from durability.client import DurabilityClient
 from durability.connect import connect
-from tests.support.fleet import WorkerFleet
+from tests.support.fleet import FLEET_START_GRACE, WorkerFleet
 from tests.support.recorder import Recorder
 from tests.support.server import DevServer
 
@@ -189,7 +189,7 @@ async def run_chaos(config: ChaosConfig, directory: Path, log: Log = _quiet) -> 
         )
         fleet.start()
         temporal = await connect({"TEMPORAL_ADDRESS": server.address})
-        durability = DurabilityClient(temporal, queue)
+        durability = DurabilityClient(temporal, queue, worker_grace=FLEET_START_GRACE)
         object_ids = [f"{prefix}-s{i}" for i in range(config.schedules)]
         schedule_options = {
             "run_activity": "run_webhook",

@@ -10,8 +10,13 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import IO
+
+# How long a client waits for the fleet's first poller: worker processes take seconds to
+# import and connect on a loaded machine, longer than the client's default grace.
+FLEET_START_GRACE = timedelta(seconds=60)
 
 
 @dataclass

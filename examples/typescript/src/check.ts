@@ -187,6 +187,7 @@ export const snapshot = object<Snapshot>({
   stopped: bool,
   held: bool,
   holds: int,
+  hold_tokens: arrayOf(str),
   dropped_signals: int,
   signal_conflicts: int,
   counts: snapshotCounts,

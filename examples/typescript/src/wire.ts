@@ -281,6 +281,8 @@ export interface Snapshot {
   stopped: boolean;
   held: boolean;
   holds: number;
+  /** The outstanding hold tokens, oldest first: `release` takes any of them (L12). */
+  hold_tokens: string[];
   dropped_signals: number;
   /** IDs that `enqueue` signals sent with another intent than the recorded one. */
   signal_conflicts: number;
