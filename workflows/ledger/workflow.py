@@ -490,6 +490,8 @@ class OperationLedgerWorkflow:
     async def _await_final_reports(self) -> None:
         """Wait for the last report of each request `stop` cancelled by workflow ID, at most
         FINAL_REPORT_WAIT (one timer); those that never came are given up (logged)."""
+        if not core.stop_waits_for_reports(self._state):
+            return  # each had closed already
         try:
             await workflow.wait_condition(
                 lambda: not core.stop_waits_for_reports(self._state),
