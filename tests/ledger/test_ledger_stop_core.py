@@ -324,3 +324,17 @@ def test_the_wait_ends_exactly_when_every_cancelled_request_was_heard_from(
     for request_id in arrivals:
         core.final_report_arrived(state, request_id)
     assert core.stop_waits_for_reports(state) == bool(cancelled - set(arrivals))
+
+
+def test_a_request_cancelled_by_id_before_stop_is_awaited_by_stop_too() -> None:
+    state = fresh(intent("blocked-earlier", ["c1"]))
+    for request_id in dispatch_all(state, WIDE):
+        core.mark_launched(state, request_id)
+    core.cancel_by_id(state, "r-blocked-earlier")  # the core blocked it; cancelled by ID
+    core.cancel_by_id(state, "r-blocked-earlier")
+    assert state.awaiting_final_reports == ["r-blocked-earlier"]
+    carried = LedgerState.model_validate_json(state.model_dump_json())  # continue-as-new
+    core.stop(carried)
+    assert core.stop_waits_for_reports(carried)
+    assert core.final_report_arrived(carried, "r-blocked-earlier")
+    assert not core.stop_waits_for_reports(carried)

@@ -362,6 +362,8 @@ class LedgerSim:
             self.trace.append(f"pump: cancel {request_id}")
             loop = self.loops.get(request_id)
             if loop is not None:
+                if loop.run != self.run:  # by workflow ID: a `stop` waits for its last report
+                    core.cancel_by_id(self.state, request_id)
                 self.cancel(loop)
         for request in plan.grants:
             self.trace.append(f"pump: grant {request.id}")

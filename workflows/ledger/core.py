@@ -1361,6 +1361,13 @@ def cancel_at_stop(state: LedgerState, running_here: Iterable[str]) -> list[str]
     return chosen
 
 
+def cancel_by_id(state: LedgerState, request_id: str) -> None:
+    """The shell cancels a request an earlier run started (no handle: by workflow ID, when
+    the core blocked it): a `stop` from now on waits for its last report too."""
+    if request_id not in state.awaiting_final_reports:
+        state.awaiting_final_reports.append(request_id)
+
+
 def final_report_arrived(state: LedgerState, request_id: str) -> bool:
     """A request's last report arrived (`request_ended`: a cancelled request sends it after
     any other report, a `request_finished` included), or its workflow was found closed:

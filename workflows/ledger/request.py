@@ -491,8 +491,10 @@ class RequestRuns:
         self.granting[request_id] = asyncio.create_task(self._cancel(request_id))
 
     async def _cancel(self, request_id: str) -> None:
+        core.cancel_by_id(self._state, request_id)
         try:
-            await cancel_request(self._ledger_id, request_id)
+            if not await cancel_request(self._ledger_id, request_id):
+                core.final_report_arrived(self._state, request_id)  # closed: nothing to come
         finally:
             self.granting.pop(request_id, None)
 

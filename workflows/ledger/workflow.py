@@ -468,7 +468,9 @@ class OperationLedgerWorkflow:
         # Requests started by an earlier run (before continue-as-new) have no local task.
         earlier = core.cancel_at_stop(self._state, self._requests.tasks)
         # Each stays in flight until its last report (what it still sends is applied).
-        awaits = bool(earlier) and workflow.patched(STOP_AWAITS_REPORTS_PATCH)
+        awaits = core.stop_waits_for_reports(self._state) and workflow.patched(
+            STOP_AWAITS_REPORTS_PATCH
+        )
         for request_id in earlier:
             if not await cancel_request(self._ledger_id, request_id):
                 core.final_report_arrived(self._state, request_id)  # closed: nothing to come
