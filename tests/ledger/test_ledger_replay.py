@@ -16,6 +16,9 @@ by the build before the `stop-final-queries` patch (a stop that asked nothing).
 compiled while held, launched on release), `ledger_stop_wait_cancelled_0_1_1.json` and
 `ledger_request_wait_cancelled_0_1_1.json` by `tests/ledger/test_ledger_stop_cancel.py` (a
 stop whose final query waited for the submit it cancelled).
+`ledger_stop_awaits_final_reports.json` and `ledger_request_reports_end.json` are recorded by
+`tests/ledger/test_ledger_stop_earlier_run.py` (a stop that waited for the last report of a
+request an earlier run started).
 """
 
 from __future__ import annotations

@@ -278,3 +278,63 @@ def test_the_final_result_stays_well_under_2_mb(
         if entry.get("request_left_out"):
             assert entry["request"] is None and entry["request_id"] in state.requests
     print(f"{len(state.requests)} requests, state {core.json_size(state)} B, final {size} B")
+
+
+def test_stop_awaits_the_last_report_of_each_request_it_cancels_by_workflow_id() -> None:
+    state = fresh(intent("here", ["c1"]), intent("earlier", ["c2"]), intent("closed", ["c3"]))
+    for request_id in dispatch_all(state, WIDE):
+        core.mark_launched(state, request_id)
+    core.stop(state)
+    # `r-here` was started by this run (awaited through its handle): not cancelled by ID.
+    cancelled = core.cancel_at_stop(state, ["r-here"])
+    assert cancelled == ["r-earlier", "r-closed"]
+    assert core.stop_waits_for_reports(state)
+    assert core.final_report_arrived(state, "r-closed")  # its workflow had closed already
+    assert not core.final_report_arrived(state, "r-closed")
+    assert not core.final_report_arrived(state, "r-here")  # never awaited
+    assert core.stop_waits_for_reports(state)
+    assert core.final_report_arrived(state, "r-earlier")
+    assert not core.stop_waits_for_reports(state)
+
+
+def test_a_request_that_never_reports_is_given_up_when_the_wait_times_out() -> None:
+    state = fresh(intent("terminated", ["c1"]))
+    for request_id in dispatch_all(state, WIDE):
+        core.mark_launched(state, request_id)
+    core.stop(state)
+    assert core.cancel_at_stop(state, []) == ["r-terminated"]
+    assert core.final_reports_given_up(state) == ["r-terminated"]
+    assert not core.stop_waits_for_reports(state)
+    # The wait survives a worker restart (the state round-trips as JSON).
+    state.awaiting_final_reports = ["r-terminated"]
+    again = LedgerState.model_validate_json(state.model_dump_json())
+    assert again.awaiting_final_reports == ["r-terminated"]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.sampled_from(["r-a", "r-b", "r-c", "r-x"]), max_size=8))
+def test_the_wait_ends_exactly_when_every_cancelled_request_was_heard_from(
+    arrivals: list[str],
+) -> None:
+    state = fresh(intent("a", ["c1"]), intent("b", ["c2"]), intent("c", ["c3"]))
+    for request_id in dispatch_all(state, WIDE):
+        core.mark_launched(state, request_id)
+    core.stop(state)
+    cancelled = set(core.cancel_at_stop(state, []))
+    for request_id in arrivals:
+        core.final_report_arrived(state, request_id)
+    assert core.stop_waits_for_reports(state) == bool(cancelled - set(arrivals))
+
+
+def test_a_request_cancelled_by_id_before_stop_is_awaited_by_stop_too() -> None:
+    state = fresh(intent("blocked-earlier", ["c1"]))
+    for request_id in dispatch_all(state, WIDE):
+        core.mark_launched(state, request_id)
+    core.cancel_by_id(state, "r-blocked-earlier")  # the core blocked it; cancelled by ID
+    core.cancel_by_id(state, "r-blocked-earlier")
+    assert state.awaiting_final_reports == ["r-blocked-earlier"]
+    carried = LedgerState.model_validate_json(state.model_dump_json())  # continue-as-new
+    core.stop(carried)
+    assert core.stop_waits_for_reports(carried)
+    assert core.final_report_arrived(carried, "r-blocked-earlier")
+    assert not core.stop_waits_for_reports(carried)

@@ -35,9 +35,9 @@ CANVASES = ("c1", "c2", "c3", "c4")
 BUSY = ("attempt", "complete")
 # Whether a request an earlier run started, cancelled at `stop`, still delivers the reports it
 # had sent, and a report arriving once the ledger completed is a violation (it lands in the
-# closing workflow task, which then fails with UnhandledCommand). Off by default while the
-# ledger does not yet wait for those reports at `stop`; `DURABILITY_SIM_LATE_REPORTS=1`.
-LATE_REPORTS = os.environ.get("DURABILITY_SIM_LATE_REPORTS") == "1"
+# closing workflow task, which then fails with UnhandledCommand). On by default (`stop` waits
+# for each such request's `request_ended`); `DURABILITY_SIM_LATE_REPORTS=0` turns it off.
+LATE_REPORTS = os.environ.get("DURABILITY_SIM_LATE_REPORTS", "1") == "1"
 
 
 @dataclass
@@ -55,6 +55,7 @@ class Loop:
     answer: Any = None
     step: core.Step | None = None
     outbox: list[tuple[str, RequestReport]] = field(default_factory=list)
+    end_reported: bool = False  # its `request_ended` is in the outbox (or was delivered)
 
 
 class SimFailure(AssertionError):
@@ -91,6 +92,7 @@ class LedgerSim:
         self.client_tokens: list[str] = []
         self.stop_bound: StopInput | None = None
         self.stop_queue: list[str] = []
+        self.cancelled_by_id: list[str] = []  # requests of earlier runs `stop` cancelled
         self.asking: set[str] = set()
         self.deadline_passed = False
         self.planned = False
@@ -360,6 +362,8 @@ class LedgerSim:
             self.trace.append(f"pump: cancel {request_id}")
             loop = self.loops.get(request_id)
             if loop is not None:
+                if loop.run != self.run:  # by workflow ID: a `stop` waits for its last report
+                    core.cancel_by_id(self.state, request_id)
                 self.cancel(loop)
         for request in plan.grants:
             self.trace.append(f"pump: grant {request.id}")
@@ -560,11 +564,15 @@ class LedgerSim:
             return  # the ledger is closed: the report is not delivered
         if name == "request_progress":
             core.record_attempt(self.state, report)
+        elif name == "request_ended":
+            core.final_report_arrived(self.state, report.request_id)
         else:
             core.finish(self.state, self.config, report)
 
     def loop_ended(self, loop: Loop, cancelled: bool) -> None:
         """The loop's workflow closed: the run that started it applies its end."""
+        if loop.cancel_requested:
+            self.report_end(loop)
         while loop.outbox:
             self.deliver_one(loop)  # its signals were sent before it closed
         self.loops.pop(loop.request_id, None)
@@ -585,6 +593,21 @@ class LedgerSim:
                 outcome = (request.last_status or {}).get("outcome")
                 if answered and loop.step is not None and outcome != loop.step.status.outcome:
                     self.fail(f"3.6: the answer of {loop.request_id} was lost at stop")
+
+    def report_end(self, loop: Loop) -> None:
+        """A cancelled loop's last report (`request_ended`), after whatever it sent before."""
+        if loop.final_query or loop.end_reported:
+            return
+        loop.end_reported = True
+        ended = RequestReport(
+            request_id=loop.request_id,
+            phase="frozen",
+            status={},
+            attempt=loop.attempt,
+            next_action=RequestAction.QUERY,
+            launch=loop.launch,
+        )
+        loop.outbox.append(("request_ended", ended))
 
     def may_fail(self, loop: Loop) -> bool:
         return not loop.final_query and loop.run == self.run and loop.stage == "waiting"
@@ -634,19 +657,21 @@ class LedgerSim:
             del self.compiles[op_id]
             core.abandon_dispatch(self.state, op_id)
         local = [r for r, loop in self.loops.items() if loop.run == self.run]
-        for request_id in core.cancel_at_stop(self.state, local):
+        self.cancelled_by_id = core.cancel_at_stop(self.state, local)
+        for request_id in self.cancelled_by_id:
             loop = self.loops.get(request_id)
-            if loop is not None:
+            if loop is None:
+                core.final_report_arrived(self.state, request_id)  # closed: the cancel fails
+            else:
                 loop.cancel_requested = True
                 if loop.stage in ("waiting", "ending") or not core.WAIT_FOR_CANCELLED_ATTEMPTS:
                     if loop.stage in ("attempt", "complete"):
                         self.zombies.append((request_id, loop.action))
-                    if LATE_REPORTS and loop.outbox:
-                        loop.stage = "ending"  # what it sent before the cancellation arrives
-                    else:
+                    if not LATE_REPORTS:
                         loop.outbox.clear()
-                        self.loops.pop(request_id)
-            core.request_interrupted(self.state, request_id, "stopped", stopped=True)
+                    # What it sent before the cancellation arrived, then its last report.
+                    self.report_end(loop)
+                    loop.stage = "ending"
         for request_id in local:
             self.cancel(self.loops[request_id])
         self.pending_starts = [(r, f) for r, f in self.pending_starts if f]
@@ -658,6 +683,13 @@ class LedgerSim:
             loop.run == self.run and not loop.final_query for loop in self.loops.values()
         ):
             return  # stop waits for its cancellations to end
+        if core.stop_waits_for_reports(self.state):
+            if any(r in self.loops for r in self.state.awaiting_final_reports):
+                return  # and for the last report of each request it cancelled by ID
+            core.final_reports_given_up(self.state)  # gone without one: the timer passes
+        for request_id in self.cancelled_by_id:  # each recorded frozen once it is heard from
+            core.request_interrupted(self.state, request_id, "stopped", stopped=True)
+        self.cancelled_by_id = []
         if not self.planned:
             self.planned = True
             if core.unknown_candidates(self.state):

@@ -2,8 +2,8 @@
 `workflows.invariants` after every step. `DURABILITY_SIM_SEED` replays one seed;
 `DURABILITY_SIM_RUNS` sets how many seeds run (default 1500, in three slices so that
 `pytest -n` spreads them), `DURABILITY_SIM_STEPS` how many steps each takes (default 120).
-`DURABILITY_SIM_LATE_REPORTS=1` also models the reports that land once the ledger completed
-(see `ledger_harness.LATE_REPORTS`)."""
+The reports that would land once the ledger completed are modelled and are violations
+(`ledger_harness.LATE_REPORTS`; `DURABILITY_SIM_LATE_REPORTS=0` turns that off)."""
 
 from __future__ import annotations
 

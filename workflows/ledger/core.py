@@ -1352,10 +1352,42 @@ def stop_queries_to_start(
 
 def cancel_at_stop(state: LedgerState, running_here: Iterable[str]) -> list[str]:
     """Requests in flight at `stop` that this run of the ledger did not start (an earlier run,
-    before continue-as-new): the shell cancels them by workflow ID; each is recorded frozen
-    (`request_interrupted`) as it is."""
+    before continue-as-new): the shell cancels them by workflow ID and records each frozen
+    (`request_interrupted`) once its last report arrived (`awaiting_final_reports`; a cancel
+    only asks, the request may still be sending) or the wait for it timed out."""
     local = set(running_here)
-    return [r.id for r in state.requests.values() if r.phase == "in_flight" and r.id not in local]
+    chosen = [r.id for r in state.requests.values() if r.phase == "in_flight" and r.id not in local]
+    state.awaiting_final_reports = sorted(set(state.awaiting_final_reports) | set(chosen))
+    return chosen
+
+
+def cancel_by_id(state: LedgerState, request_id: str) -> None:
+    """The shell cancels a request an earlier run started (no handle: by workflow ID, when
+    the core blocked it): a `stop` from now on waits for its last report too."""
+    if request_id not in state.awaiting_final_reports:
+        state.awaiting_final_reports.append(request_id)
+
+
+def final_report_arrived(state: LedgerState, request_id: str) -> bool:
+    """A request's last report arrived (`request_ended`: a cancelled request sends it after
+    any other report, a `request_finished` included), or its workflow was found closed:
+    `stop` no longer waits for it. False when it was not awaited."""
+    if request_id not in state.awaiting_final_reports:
+        return False
+    state.awaiting_final_reports.remove(request_id)
+    return True
+
+
+def stop_waits_for_reports(state: LedgerState) -> bool:
+    """Whether `stop` still waits for the last report of a request it cancelled by ID."""
+    return bool(state.awaiting_final_reports)
+
+
+def final_reports_given_up(state: LedgerState) -> list[str]:
+    """`stop`'s wait for last reports timed out (a request terminated from outside never
+    reports): those still awaited are given up, and returned."""
+    given_up, state.awaiting_final_reports = state.awaiting_final_reports, []
+    return given_up
 
 
 def begin_stop_query(state: LedgerState, request_id: str) -> bool:

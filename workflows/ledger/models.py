@@ -356,6 +356,9 @@ class LedgerState(BaseModel):
     # request id -> an outcome, `blocked` or `no_answer`. Only a stopping ledger has any (at
     # most MAX_STOP_QUERIES), and a stopped one is never carried on.
     stop_answers: dict[str, str] = Field(default_factory=dict)
+    # Requests an earlier run started, cancelled by workflow ID (at `stop`, or blocked by the
+    # core), whose last report (`request_ended`) has not arrived yet: `stop` waits for them.
+    awaiting_final_reports: list[str] = Field(default_factory=list)
     # None only in state carried from a build before counters (see `core.counters_of`).
     counters: LedgerCounters | None = None
 

@@ -2,8 +2,8 @@
 
 It owns its request's submit/query loop (L7, L8); `core.next_step` decides every step. It
 reports to `ledger:<ledger_id>` by signal (`request_progress` for non-final attempts,
-`request_finished` for the end; no run ID, so a report reaches the current run after
-continue-as-new), and its final report is also its result.
+`request_finished` for the end, `request_ended` last when cancelled; no run ID, so a report
+reaches the current run after continue-as-new), and its final report is also its result.
 
 Between attempts (L4): started with `wait_for_grants` (and once its `frozen-request-grants`
 patch marker is recorded), it reports that it waits and holds no slot until the ledger's
@@ -86,6 +86,10 @@ GRANT_WAIT = timedelta(hours=1)
 # ledger before the run ends, its next action `query`. A run recorded before it used
 # TRY_CANCEL and reported nothing.
 WAIT_CANCELLED_PATCH = "frozen-request-wait-cancelled"
+# Recorded (as a patch marker) by a `FrozenRequest` run that is cancelled in its loop: it
+# sends `request_ended` to the ledger before it ends, its last report (a `stop` that
+# cancelled it by workflow ID waits for it). A run recorded before it ended without one.
+REPORT_END_PATCH = "frozen-request-reports-end"
 # Grants remembered per request run, by launch (a bound against stray signals).
 MAX_GRANT_LAUNCHES = 8
 
@@ -118,9 +122,9 @@ async def start_request(
     return None
 
 
-async def cancel_request(ledger_id: str, request_id: str) -> None:
+async def cancel_request(ledger_id: str, request_id: str) -> bool:
     """Cancel a request started by an earlier run of the ledger (no handle here); a request
-    that already closed is left as it is."""
+    that already closed is left as it is (False)."""
     child = workflow.get_external_workflow_handle(request_workflow_id(ledger_id, request_id))
     try:
         await child.cancel()
@@ -128,6 +132,8 @@ async def cancel_request(ledger_id: str, request_id: str) -> None:
         if is_cancelled_exception(error):
             raise
         workflow.logger.info("request %s already closed: %s", request_id, error)
+        return False
+    return True
 
 
 def _answer(raw: Any) -> str:
@@ -188,6 +194,7 @@ class FrozenRequestWorkflow:
         self._reminder: asyncio.Task[None] | None = None
         self._ledger_closed = False
         self._wait_cancelled: bool | None = None  # asked (patched) at the first activity
+        self._attempt = 0  # attempts made, for the last report of a cancelled loop
 
     @workflow.signal(name="grant")
     def grant(self, raw: Any = None) -> None:
@@ -217,6 +224,40 @@ class FrozenRequestWorkflow:
         if input.final_query and workflow.patched(STOP_FINAL_QUERY_PATCH):
             return await self._final_query(input, request_id)
         ledger = workflow.get_external_workflow_handle(ledger_workflow_id(input.ledger_id))
+        try:
+            result = await self._loop(input, request_id, ledger)
+        except (asyncio.CancelledError, ActivityError) as error:
+            if is_cancelled_exception(error) and workflow.patched(REPORT_END_PATCH):
+                await self._tell(ledger, "request_ended", self._ended(input, request_id))
+            raise
+        if workflow.cancellation_reason() is not None and workflow.patched(REPORT_END_PATCH):
+            # Cancelled as its loop ended anyway (a final report already on its way): the
+            # ledger that cancelled it still waits for this one.
+            try:
+                await self._tell(ledger, "request_ended", self._ended(input, request_id))
+            except asyncio.CancelledError:
+                await self._tell(ledger, "request_ended", self._ended(input, request_id))
+        return result
+
+    def _ended(self, input: FrozenRequestInput, request_id: str) -> RequestReport:
+        """The last report of a cancelled loop: frozen, its next action `query`."""
+        return RequestReport(
+            request_id=request_id,
+            phase="frozen",
+            status={},
+            attempt=self._attempt,
+            next_action=RequestAction.QUERY,
+            launch=input.launch,
+        )
+
+    async def _loop(
+        self,
+        input: FrozenRequestInput,
+        request_id: str,
+        ledger: workflow.ExternalWorkflowHandle[Any],
+    ) -> dict[str, Any]:
+        """Submit, then query, until the request resolves or blocks (or continue-as-new)."""
+        self._attempt = input.attempt
         if input.not_before is not None and input.not_before > now_ms():
             await workflow.sleep(timedelta(milliseconds=input.not_before - now_ms()))
         action = input.next_action
@@ -225,6 +266,7 @@ class FrozenRequestWorkflow:
         for _ in range(REQUEST_ATTEMPTS_PER_RUN):
             raw = await self._send(input, action, request_id)
             attempt += 1
+            self._attempt = attempt
             step = core.next_step(action, raw, attempt, input.retry, now_ms())
             try:
                 step = await self._complete(input, raw, step)
@@ -449,8 +491,10 @@ class RequestRuns:
         self.granting[request_id] = asyncio.create_task(self._cancel(request_id))
 
     async def _cancel(self, request_id: str) -> None:
+        core.cancel_by_id(self._state, request_id)
         try:
-            await cancel_request(self._ledger_id, request_id)
+            if not await cancel_request(self._ledger_id, request_id):
+                core.final_report_arrived(self._state, request_id)  # closed: nothing to come
         finally:
             self.granting.pop(request_id, None)
 

@@ -75,6 +75,13 @@ ENQUEUE_PARTICIPANTS_PATCH = "ledger-refuse-no-participants"
 # changed without a completion (enqueue, skip, resume, configure, stop): `durability ledger
 # list` reads that memo. A run recorded before published only on completions.
 PUBLISH_COUNTS_PATCH = "ledger-publish-phase-counts"
+# Recorded by a `stop` that cancelled requests an earlier run started (by workflow ID): it
+# waits for each one's last report (`request_ended`) before completing, so
+# no report lands in the task that completes the ledger; a request that never reports
+# (terminated from outside) is given up after FINAL_REPORT_WAIT. A run recorded before it
+# completed without waiting.
+STOP_AWAITS_REPORTS_PATCH = "ledger-stop-awaits-final-reports"
+FINAL_REPORT_WAIT = timedelta(seconds=60)
 
 __all__ = ["FrozenRequestWorkflow", "OperationLedgerWorkflow"]
 
@@ -459,17 +466,43 @@ class OperationLedgerWorkflow:
         for task in list(self._requests.tasks.values()):
             task.cancel()
         # Requests started by an earlier run (before continue-as-new) have no local task.
-        for request_id in core.cancel_at_stop(self._state, self._requests.tasks):
-            await cancel_request(self._ledger_id, request_id)
-            core.request_interrupted(self._state, request_id, "stopped", stopped=True)
+        earlier = core.cancel_at_stop(self._state, self._requests.tasks)
+        # Each stays in flight until its last report (what it still sends is applied).
+        awaits = core.stop_waits_for_reports(self._state) and workflow.patched(
+            STOP_AWAITS_REPORTS_PATCH
+        )
+        for request_id in earlier:
+            if not await cancel_request(self._ledger_id, request_id):
+                core.final_report_arrived(self._state, request_id)  # closed: nothing to come
+            if not awaits:
+                core.request_interrupted(self._state, request_id, "stopped", stopped=True)
         await workflow.wait_condition(
             lambda: not self._compiles and not self._requests.tasks and not self._requests.granting
         )
+        if awaits:
+            await self._await_final_reports()
+            for request_id in earlier:
+                core.request_interrupted(self._state, request_id, "stopped", stopped=True)
         if core.unknown_candidates(self._state) and workflow.patched(STOP_QUERIES_PATCH):
             await self._ask_before_stopping(bound)
         self._final = core.final_result(self._state)
         workflow.set_current_details(core.details(self._state))
         return self._final
+
+    async def _await_final_reports(self) -> None:
+        """Wait for the last report of each request `stop` cancelled by workflow ID, at most
+        FINAL_REPORT_WAIT (one timer); those that never came are given up (logged)."""
+        if not core.stop_waits_for_reports(self._state):
+            return  # each had closed already
+        try:
+            await workflow.wait_condition(
+                lambda: not core.stop_waits_for_reports(self._state),
+                timeout=FINAL_REPORT_WAIT,
+                timeout_summary="stop: last reports of cancelled requests",
+            )
+        except TimeoutError:
+            given_up = core.final_reports_given_up(self._state)
+            workflow.logger.warning("stop: no last report from %s", ", ".join(given_up))
 
     @stop.validator
     def validate_stop(self, raw: RawValue = NO_INPUT) -> None:
@@ -527,6 +560,13 @@ class OperationLedgerWorkflow:
         # A request's end, reported by this signal or its child's result (whichever is first).
         if report is not None and apply_final_report(self._state, self._config, report):
             self._kernel.wake()
+
+    @workflow.signal(name="request_ended")
+    def request_ended(self, raw: RawValue = NO_INPUT) -> None:
+        """The last report of a frozen request that was cancelled: it sends nothing after."""
+        report = self._kernel.signal("request_ended", core.parse_report, raw)
+        if report is not None:
+            core.final_report_arrived(self._state, report.request_id)
 
     # ------------------------------------------------------------ queries
 
