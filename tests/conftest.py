@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from types import FrameType
 
 import pytest
+from hypothesis import settings
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
@@ -22,6 +23,11 @@ from durability.devserver import test_server
 from tests.support.helpers import CACHE_SIZE_ENV, start_dev_server, starts_a_server
 from tests.support.server import free_port
 from workflows import search_attributes
+
+# Property tests judge what a core decides, never how fast: a test process sharing two cores
+# with servers and other processes can take 250 ms for an example that usually takes 1 ms.
+settings.register_profile("durability", deadline=None)
+settings.load_profile("durability")
 
 # pytest-timeout's report of a hung test shows only the event loop waiting; this many seconds
 # before it fires, every asyncio task's stack goes to stderr, which names the await that hung.

@@ -20,6 +20,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory, WorkflowQueryFailedError
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.converter import DataConverter
+from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from durability.client import DurabilityClient
@@ -144,8 +145,16 @@ async def test_workflows_keep_running_across_a_key_rotation_and_a_missing_key_is
     # 4. A worker and client that dropped A too early: the operator is told which key.
     failed_from = len(await events(client, schedule_id))
     async with running_worker(only_b, task_queue):
-        with pytest.raises(WorkflowQueryFailedError) as query_error:
-            await DurabilityClient(only_b, task_queue).get_schedule(object_id)
+        # The new worker replays the whole history to answer: on a loaded machine the first
+        # query can outlast the server's query timeout, which says nothing about the key.
+        for attempt in range(3):
+            try:
+                with pytest.raises(WorkflowQueryFailedError) as query_error:
+                    await DurabilityClient(only_b, task_queue).get_schedule(object_id)
+                break
+            except RPCError as error:
+                if error.message != "Timeout expired" or attempt == 2:
+                    raise
         assert "key id 'A'" in str(query_error.value)
         assert "DURABILITY_ENCRYPTION_KEYS" in str(query_error.value)
 
