@@ -1369,18 +1369,14 @@ class DurabilityClient:
         would be refused."""
         from workflows.schedule import preview
 
-        workflow_id = schedule_workflow_id(object_id)
         payload = set_payload(expression, version, jitter_ms, jitter_max_ms, params)
-        current, paused, settings = await self._preview_inputs(workflow_id)
-        result: dict[str, Any] = {}
-        _checked(
-            workflow_id,
+        return await self._preview(
+            object_id,
             "set",
-            lambda: result.update(
-                preview.set_preview(current, paused, settings, payload, _now_ms(), count)
+            lambda current, paused, settings: preview.set_preview(
+                current, paused, settings, payload, _now_ms(), count
             ),
         )
-        return result
 
     async def preview_configure_schedule(
         self, object_id: str, changes: Mapping[str, Any], *, count: int = 10
@@ -1389,25 +1385,29 @@ class DurabilityClient:
         times and `changes` (`{setting: [before, after]}`). RejectedError as it would be."""
         from workflows.schedule import preview
 
-        workflow_id = schedule_workflow_id(object_id)
-        current, paused, settings = await self._preview_inputs(workflow_id)
-        result: dict[str, Any] = {}
-        _checked(
-            workflow_id,
+        return await self._preview(
+            object_id,
             "configure",
-            lambda: result.update(
-                preview.configure_preview(current, paused, settings, changes, _now_ms(), count)
+            lambda current, paused, settings: preview.configure_preview(
+                current, paused, settings, changes, _now_ms(), count
             ),
         )
-        return result
 
-    async def _preview_inputs(
-        self, workflow_id: str
-    ) -> tuple[dict[str, Any] | None, bool, dict[str, Any]]:
+    async def _preview(
+        self,
+        object_id: str,
+        message: str,
+        compute: Callable[[dict[str, Any] | None, bool, dict[str, Any]], dict[str, Any]],
+    ) -> dict[str, Any]:
+        """Read the running schedule (`get`, `paused`, `settings`) and compute what `message`
+        would do to it, refused as the message would be; nothing is sent."""
+        workflow_id = schedule_workflow_id(object_id)
         current: dict[str, Any] | None = await self._query(workflow_id, "get")
         paused = bool(await self._query(workflow_id, "paused"))
         settings: dict[str, Any] = await self._query(workflow_id, "settings")
-        return current, paused, settings
+        result: dict[str, Any] = {}
+        _checked(workflow_id, message, lambda: result.update(compute(current, paused, settings)))
+        return result
 
     async def get_schedule(self, object_id: str) -> ScheduleView | None:
         """The live schedule with whether it is `paused`, or None (none set, or cancelled)."""
