@@ -50,6 +50,8 @@ class Message:
     returns: str = ""
     # Whether applying it may change what the main loop decides next.
     wakes: bool = False
+    # Whether it wakes the main loop first, before its payload is read: applied or refused.
+    wakes_first: bool = False
     # Sent by the product's own workflows, never by a user: no client method, no CLI command.
     internal: bool = False
     # A query that takes an argument (a query that takes none keeps a handler without one).

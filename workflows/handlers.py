@@ -15,6 +15,13 @@ whose defaults are in `CatalogShell`:
   `apply_<name>(payload)` (awaited when that is a coroutine function);
 - a query: `query_<name>(payload)`, or `query_<name>()` for one that takes no argument.
 
+In these method names a dotted wire name (`durability.run_settled`) is its last part.
+
+Two hooks, no-ops by default, let a shell keep what it did before its catalog: `_first`, in
+a signal's and an update's handler before anything is read (after the wake of a message that
+`wakes_first`), and `_screen`, in all three just before the payload is read as its model (a
+refusal there refuses the message, as a parse would).
+
 A shell overrides a dispatch method for a message whose handling differs.
 """
 
@@ -36,6 +43,11 @@ Shell = TypeVar("Shell", bound=type[Any])
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 
+def method_name(prefix: str, message: Message) -> str:
+    """The shell's method for `message`: `<prefix>_<name>`, a dotted name by its last part."""
+    return f"{prefix}_{message.name.rpartition('.')[2]}"
+
+
 class CatalogShell:
     """The default dispatch of a shell's catalog handlers (see the module)."""
 
@@ -45,34 +57,54 @@ class CatalogShell:
         """The payload read as the message's model (a shell passes its own context here)."""
         return message.parse(value)
 
+    def _first(self, message: Message) -> None:
+        """First in a signal's or an update's handler, before its payload is read."""
+
+    def _screen(self, message: Message, *, validating: bool) -> None:
+        """Just before the payload is read as its model (in an update's validator when
+        `validating`); raise the shell's refusal to refuse the message."""
+
+    def _read(self, message: Message, value: Any, *, validating: bool = False) -> Any:
+        self._screen(message, validating=validating)
+        return self._parse(message, value)
+
+    def _begin(self, message: Message) -> None:
+        if message.wakes_first:
+            self._kernel.wake()
+        self._first(message)
+
     def _apply_of(self, message: Message) -> Callable[[Any], Any]:
-        apply: Callable[[Any], Any] = getattr(self, f"apply_{message.name}")
+        apply: Callable[[Any], Any] = getattr(self, method_name("apply", message))
         return apply
 
     def _on_signal(self, message: Message, raw: Any) -> None:
+        self._begin(message)
         apply = self._apply_of(message)
         applied = self._kernel.signal(
-            message.name, lambda value: (apply(self._parse(message, value)), True)[1], raw
+            message.name, lambda value: (apply(self._read(message, value)), True)[1], raw
         )
         if applied and message.wakes:
             self._kernel.wake()
 
     def _on_validate(self, message: Message, raw: Any) -> None:
-        check: Callable[[Any], object] | None = getattr(self, f"check_{message.name}", None)
+        check: Callable[[Any], object] | None = getattr(self, method_name("check", message), None)
         if check is None:
-            self._kernel.validate(lambda value: self._parse(message, value), raw)
+            self._kernel.validate(lambda value: self._read(message, value, validating=True), raw)
         else:
-            self._kernel.validate(lambda value: check(self._parse(message, value)), raw)
+            self._kernel.validate(
+                lambda value: check(self._read(message, value, validating=True)), raw
+            )
 
     def _on_update(self, message: Message, raw: Any) -> Any:
+        self._begin(message)
         apply = self._apply_of(message)
-        result = self._kernel.update(lambda value: apply(self._parse(message, value)), raw)
+        result = self._kernel.update(lambda value: apply(self._read(message, value)), raw)
         if message.wakes:
             self._kernel.wake()
         return result
 
     def _on_query(self, message: Message, raw: Any) -> Any:
-        answer = getattr(self, f"query_{message.name}")
+        answer = getattr(self, method_name("query", message))
         if not message.query_takes_payload:
             return answer()
         with rejected_as(InvalidRequest):
@@ -94,22 +126,25 @@ def handlers_from(catalog: Catalog) -> Callable[[Shell], Shell]:
 
 def _install(cls: type[Any], message: Message) -> None:
     name, summary = message.name, message.summary
+    suffix = message.name.rpartition(".")[2]
     if message.is_(Kind.SIGNAL):
         setattr(
             cls,
-            f"signal__{name}",
+            f"signal__{suffix}",
             workflow.signal(name=name, description=summary)(_signal_handler(message)),
         )
     if message.is_(Kind.UPDATE):
-        asynchronous = inspect.iscoroutinefunction(getattr(cls, f"apply_{name}", None))
+        asynchronous = inspect.iscoroutinefunction(
+            getattr(cls, method_name("apply", message), None)
+        )
         update = workflow.update(name=name, description=summary)(
             _update_handler(message, asynchronous)
         )
         update.validator(_validator(message))
-        setattr(cls, f"update__{name}", update)
+        setattr(cls, f"update__{suffix}", update)
     if message.is_(Kind.QUERY):
         handler = _query_handler(message)
-        setattr(cls, f"query__{name}", workflow.query(name=name, description=summary)(handler))
+        setattr(cls, f"query__{suffix}", workflow.query(name=name, description=summary)(handler))
 
 
 def _named(function: Handler, name: str, doc: str, returns: Any) -> Handler:

@@ -42,10 +42,10 @@ async def test_a_refused_set_or_enqueue_exits_one_names_the_field_and_creates_no
     schedule = ("schedule", "set", object_id)
     cases = [
         ((*schedule, "@hourly", "--version", "1", "--params", "[1,2]"),
-         "set.params must be a JSON object, got [1, 2]"),
-        ((*schedule, "61 * * * *", "--version", "1"), "set.expression does not parse"),
+         "invalid set payload: params: Input should be an object (got [1, 2])"),
+        ((*schedule, "61 * * * *", "--version", "1"), "expression: does not parse"),
         ((*schedule, "not a cron", "--version", "1", "--signal"),
-         "set.expression does not parse, got 'not a cron'"),
+         "expression: does not parse"),
         ((*schedule, "@every 5m", "--version", "1", "--options", '{"max_concurrent_runs": 0}'),
          "max_concurrent_runs"),
         ((*schedule, "@every 5m", "--version", "1", "--options", '{"max_concurent_runs": 2}'),

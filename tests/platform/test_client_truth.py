@@ -48,10 +48,10 @@ async def test_a_refused_first_set_or_enqueue_creates_nothing(client: Client, un
     durability = DurabilityClient(client, f"tq-{unique}")
     schedule, ledger = f"schedule:bad-{unique}", f"ledger:bad-{unique}"
     cases: list[tuple[Awaitable[Any], str, str]] = [
-        (durability.set_schedule(f"bad-{unique}", "61 * * * *", 1), "set", "set.expression"),
+        (durability.set_schedule(f"bad-{unique}", "61 * * * *", 1), "set", "payload: expression"),
         (durability.set_schedule(f"bad-{unique}", "@hourly", 1, params=[1, 2]),  # type: ignore[arg-type]
-         "set", "set.params must be a JSON object, got [1, 2]"),
-        (durability.set_schedule(f"bad-{unique}", "@hourly", -1), "set", "set.version"),
+         "set", "invalid set payload: params: Input should be an object (got [1, 2])"),
+        (durability.set_schedule(f"bad-{unique}", "@hourly", -1), "set", "payload: version"),
         (durability.set_schedule(f"bad-{unique}", "@hourly", 1,
                                  options={"max_concurrent_runs": 0}),
          "start", "max_concurrent_runs"),
@@ -66,7 +66,7 @@ async def test_a_refused_first_set_or_enqueue_creates_nothing(client: Client, un
         (durability.set_schedule(f"bad-{unique}", "@hourly", 1, options={"carried": {}}),
          "start", "carried is internal"),
         (durability.signal_set_schedule(f"bad-{unique}", "not a cron", 1), "set",
-         "set.expression does not parse, got 'not a cron'"),
+         "expression: does not parse"),
         (durability.enqueue(f"bad-{unique}", [{"id": "op-1"}]), "enqueue",
          "operations.0.operation_type"),
         (durability.enqueue(f"bad-{unique}", [{"id": "a", "operation_type": "t",

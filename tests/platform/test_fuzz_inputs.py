@@ -781,7 +781,7 @@ async def test_schedule_backfill_pause_unpause_trigger_take_any_payload(
             assert applied or message == "trigger" or big, context(f"{message} refused", payload)
             await answers(handle, SCHEDULE_QUERIES, message, payload)
         for payload, valid in PINNED_PAUSES:
-            applied = await update(handle, "pause", payload, "pause.note", {"InvalidRequest"})
+            applied = await update(handle, "pause", payload, "note", {"InvalidRequest"})
             assert applied is valid, context("pause", payload)
             await answers(handle, SCHEDULE_QUERIES, "pause", payload)
         await handle.execute_update("cancel", {})

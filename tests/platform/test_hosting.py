@@ -12,7 +12,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from durability.hosting import Heartbeats, supervise
-from workflows.schedule.core import parse_start
+from workflows.schedule.core import read_start
 from workflows.schedule.models import (
     RunHost,
     plugin_run_activity_id,
@@ -180,12 +180,12 @@ def test_the_run_activity_id_carries_the_timeout() -> None:
 def test_run_host_defaults_from_the_activity_task_queue(
     start: dict[str, Any], host: RunHost
 ) -> None:
-    parsed = parse_start(lambda: start, "schedule:x")
+    parsed = read_start(lambda: start, "schedule:x")
     assert parsed.error is None and parsed.settings.hosted_by() is host
 
 
 @pytest.mark.parametrize("value", ["Plugin", "worker", 1, True, ""])
 def test_a_bad_run_host_is_refused_naming_the_field_and_value(value: Any) -> None:
-    parsed = parse_start(lambda: {"run_host": value}, "schedule:x")
+    parsed = read_start(lambda: {"run_host": value}, "schedule:x")
     assert parsed.error is not None
     assert "run_host" in parsed.error and repr(value) in parsed.error

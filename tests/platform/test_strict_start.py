@@ -23,7 +23,7 @@ from tests.support.ledger import ledger_worker
 from workflows.ledger import core as ledger_core
 from workflows.ledger.request import FrozenRequestWorkflow
 from workflows.ledger.workflow import OperationLedgerWorkflow
-from workflows.schedule.core import ScheduleState, ScheduleWorkflowInput, parse_start
+from workflows.schedule.core import ScheduleState, ScheduleWorkflowInput, read_start
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
@@ -39,13 +39,13 @@ LEDGER_COERCED = [("concurrency", "2"), ("local_compile", 1), ("concurrency", 2.
 
 @pytest.mark.parametrize(("field", "value"), SCHEDULE_COERCED)
 def test_a_converted_schedule_setting_is_named(field: str, value: Any) -> None:
-    start = parse_start(lambda: {field: value}, "schedule:x")
+    start = read_start(lambda: {field: value}, "schedule:x")
     assert start.error is None  # the lax reading, which recorded runs replay, accepts it
     assert start.coerced is not None and field in start.coerced and repr(value) in start.coerced
 
 
 def test_an_unknown_schedule_setting_is_named() -> None:
-    start = parse_start(lambda: {"max_concurent_runs": 3}, "schedule:x")
+    start = read_start(lambda: {"max_concurent_runs": 3}, "schedule:x")
     assert start.error is None
     assert start.coerced is not None and "unknown field(s) max_concurent_runs" in start.coerced
 
@@ -59,7 +59,7 @@ def test_a_converted_ledger_setting_is_named(field: str, value: Any) -> None:
 
 def test_settings_a_run_carries_over_are_strict() -> None:
     carried = ScheduleWorkflowInput(max_queued_runs=3, carried=ScheduleState())
-    start = parse_start(lambda: carried.model_dump(mode="json"), "schedule:x")
+    start = read_start(lambda: carried.model_dump(mode="json"), "schedule:x")
     assert (start.error, start.coerced) == (None, None)
     state = ledger_core.read_start(lambda: {}, "ledger:x").state
     config = ledger_core.read_start(lambda: {"concurrency": 3}, "ledger:x").config

@@ -119,12 +119,12 @@ async def test_describe_shows_ended_runs_next_times_and_counters_across_continue
             check=False,
         )  # fmt: skip
         assert refused.returncode != 0
-        assert "describe.runs must be a non-negative integer <= 10, got 99" in refused.stderr
+        assert "runs: Input should be less than or equal to 10 (got 99)" in refused.stderr
         too_many = await durability_cli(
             dev_server_address, "schedule", "describe", object_id, "--next", "51", check=False
         )
         assert too_many.returncode == 1
-        assert "describe.next must be a non-negative integer <= 50, got 51" in one_line_error(
+        assert "next: Input should be less than or equal to 50 (got 51)" in one_line_error(
             too_many.stderr
         )
 
@@ -168,7 +168,7 @@ async def test_describe_of_a_missing_schedule_says_so_and_creates_nothing(
         dev_server_address, "schedule", "describe", object_id, "--runs", "-1", check=False
     )
     assert refused.returncode == 1
-    assert "describe.runs must be a non-negative integer <= 10, got -1" in refused.stderr
+    assert "runs: Input should be greater than or equal to 0 (got -1)" in refused.stderr
     await assert_no_workflow(client, f"schedule:{object_id}")
 
 

@@ -14,10 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from workflows.schedule.core import (
-    MAX_NEXT_FIRE_TIMES,
     MAX_RECENT_ERROR_MESSAGE,
-    RECENT_RUNS_KEPT,
-    DescribeQuery,
     InvalidRequest,
     ScheduleCore,
     ScheduleState,
@@ -27,6 +24,9 @@ from workflows.schedule.core import (
     parse_describe,
 )
 from workflows.schedule.models import (
+    MAX_NEXT_FIRE_TIMES,
+    RECENT_RUNS_KEPT,
+    DescribeQuery,
     Outcome,
     RunError,
     RunStatus,
@@ -322,13 +322,13 @@ def test_a_recent_run_keeps_its_times_and_a_cut_error() -> None:
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ([], "describe payload must be a JSON object, got []"),
-        ({"runs": -1}, "describe.runs must be a non-negative integer <= 10, got -1"),
-        ({"runs": 11}, "describe.runs must be a non-negative integer <= 10, got 11"),
-        ({"runs": True}, "describe.runs must be a non-negative integer <= 10, got True"),
-        ({"next": 51}, "describe.next must be a non-negative integer <= 50, got 51"),
-        ({"next": "3"}, "describe.next must be a non-negative integer <= 50, got '3'"),
-        ({"limit": 3}, "describe has unknown field(s) ['limit']"),
+        ([], "(root): Input should be an object (got [])"),
+        ({"runs": -1}, "runs: Input should be greater than or equal to 0 (got -1)"),
+        ({"runs": 11}, "runs: Input should be less than or equal to 10 (got 11)"),
+        ({"runs": True}, "runs: Input should be a valid integer (got True)"),
+        ({"next": 51}, "next: Input should be less than or equal to 50 (got 51)"),
+        ({"next": "3"}, "next: Input should be a valid integer (got '3')"),
+        ({"limit": 3}, "limit: Extra inputs are not permitted (got 3)"),
     ],
 )
 def test_a_bad_describe_argument_is_refused_naming_field_and_value(
@@ -336,7 +336,7 @@ def test_a_bad_describe_argument_is_refused_naming_field_and_value(
 ) -> None:
     with pytest.raises(InvalidRequest) as refused:
         parse_describe(raw)
-    assert str(refused.value) == message
+    assert str(refused.value) == f"invalid describe payload: {message}"
 
 
 def test_describe_arguments_default_and_bound() -> None:

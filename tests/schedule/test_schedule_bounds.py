@@ -295,14 +295,17 @@ async def test_a_failing_run_pauses_with_its_note_and_unpause_clears_it_via_the_
             check=False,
         )  # fmt: skip
         assert refused.returncode != 0
-        assert "pause.note must be a string, got 7" in refused.stderr + refused.stdout
+        assert (
+            "pause payload: note: Input should be a valid string (got 7)"
+            in refused.stderr + refused.stdout
+        )
         assert await temporal_query(dev_server_address, workflow_id, "pause_note") == "deploying v2"
         long_note = await durability_cli(
             dev_server_address, "--task-queue", task_queue, "schedule", "pause", object_id,
             "--note", "x" * 1201, check=False,
         )  # fmt: skip
         assert long_note.returncode == 1
-        assert "pause.note is 1201 characters, more than 1200" in long_note.stderr
+        assert "note: String should have at most 1200 characters" in long_note.stderr
         assert "Traceback" not in long_note.stderr
         handle = client.get_workflow_handle(workflow_id)
         record_history("schedule_parent_0_1_1_pause_on_failure", await handle.fetch_history())

@@ -34,7 +34,7 @@ from tests.support.helpers import (
     temporal,
 )
 from workflows import search_attributes
-from workflows.schedule.core import MAX_PAUSE_NOTE_LENGTH
+from workflows.schedule.models import MAX_PAUSE_NOTE_LENGTH
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
@@ -355,7 +355,10 @@ def test_bulk_usage_errors_name_the_option(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["cancel", "--query", "q = 1", "--version", "-1", "--yes"], "cancel.version"),
+        (
+            ["cancel", "--query", "q = 1", "--version", "-1", "--yes"],
+            "invalid cancel payload: version",
+        ),
         (["pause", "--query", "q = 1", "--reason", "", "--yes"], "--reason must be a non-empty"),
         (
             ["pause", "--query", "q = 1", "--reason", "r" * (MAX_BULK_REASON_CHARS + 1), "--yes"],
@@ -363,7 +366,7 @@ def test_bulk_usage_errors_name_the_option(
         ),
         (
             ["pause", "--query", "q = 1", "--note", "n" * (MAX_PAUSE_NOTE_LENGTH + 1), "--yes"],
-            f"pause.note is {MAX_PAUSE_NOTE_LENGTH + 1} characters",
+            f"note: String should have at most {MAX_PAUSE_NOTE_LENGTH} characters",
         ),
         (
             ["configure", "--query", "q = 1", "--set", '{"max_concurrent_runs": 0}', "--yes"],

@@ -20,10 +20,9 @@ from workflows.schedule.core import (
     attempts_begun,
     checked_next,
     parse_cancel,
-    parse_redeliver,
-    parse_set,
 )
 from workflows.schedule.cron import next_occurrence
+from workflows.schedule.messages import read_payload
 from workflows.schedule.models import (
     JitterRange,
     Outcome,
@@ -336,43 +335,43 @@ MAX = "2147483647"
 @pytest.mark.parametrize(
     ("payload", "message"),
     [
-        ({**EVERY, "version": -1}, "set.version must be a non-negative safe integer, got -1"),
-        ({**EVERY, "version": 2**53}, f"set.version must be a non-negative safe integer, got {2**53}"),  # noqa: E501
-        ({**EVERY, "version": True}, "set.version must be a non-negative safe integer, got True"),
-        ({**EVERY, "expression": ""}, "set.expression must be a non-empty string, got ''"),
-        ({**EVERY, "expression": "every 1s"}, "set.expression does not parse, got 'every 1s'"),
-        ({**EVERY, "jitter_ms": 2**31}, f"set.jitter_ms must be a non-negative integer <= {MAX}, got {2**31}"),  # noqa: E501
-        ({**EVERY, "jitter_ms": {"max_ms": -5}}, f"set.jitter_ms.max_ms must be a non-negative integer <= {MAX}, got -5"),  # noqa: E501
-        ({**EVERY, "jitter_ms": {"min_ms": 5}}, "set.jitter_ms must be an integer or {max_ms}, got {'min_ms': 5}"),  # noqa: E501
-        ({**EVERY, "params": [1]}, "set.params must be a JSON object, got [1]"),
-        ({**EVERY, "verison": 2}, "set has unknown field(s) ['verison']"),
-        ("@every 1s", "set payload must be a JSON object, got '@every 1s'"),
+        ({**EVERY, "version": -1}, "version: Input should be greater than or equal to 0 (got -1)"),
+        ({**EVERY, "version": 2**53}, f"version: Input should be less than or equal to {2**53 - 1} (got {2**53})"),  # noqa: E501
+        ({**EVERY, "version": True}, "version: Input should be a valid integer (got True)"),
+        ({**EVERY, "expression": ""}, "expression: must not be blank (got '')"),
+        ({**EVERY, "expression": "every 1s"}, "expression: does not parse: "),
+        ({**EVERY, "jitter_ms": 2**31}, f"jitter_ms.integer: Input should be less than or equal to {MAX} (got {2**31})"),  # noqa: E501
+        ({**EVERY, "jitter_ms": {"max_ms": -5}}, "jitter_ms.range.max_ms: Input should be greater than or equal to 0 (got -5)"),  # noqa: E501
+        ({**EVERY, "jitter_ms": {"min_ms": 5}}, "jitter_ms.range.max_ms: Field required (got {'min_ms': 5})"),  # noqa: E501
+        ({**EVERY, "params": [1]}, "params: Input should be an object (got [1])"),
+        ({**EVERY, "verison": 2}, "verison: Extra inputs are not permitted (got 2)"),
+        ("@every 1s", "(root): Input should be an object (got '@every 1s')"),
     ],
 )  # fmt: skip
 def test_a_malformed_set_is_rejected_with_a_message_naming_field_and_value(
     payload: object, message: str
 ) -> None:
-    with pytest.raises(InvalidRequest, match=re.escape(message)):
-        parse_set(payload, next_occurrence, 0)
+    with pytest.raises(InvalidRequest, match=re.escape(f"invalid set payload: {message}")):
+        read_payload("set", payload, 0, next_occurrence)
 
 
 def test_a_well_formed_set_parses_with_defaults() -> None:
-    request = parse_set({"expression": "@every 1s", "version": 0}, next_occurrence, 0)
+    request = read_payload("set", {"expression": "@every 1s", "version": 0}, 0, next_occurrence)
     assert (request.jitter_ms, request.params) == (0, {})
 
 
 @pytest.mark.parametrize(
     ("payload", "message"),
     [
-        ({"version": -2}, "cancel.version must be a non-negative safe integer, got -2"),
-        ({"version": "3"}, "cancel.version must be a non-negative safe integer, got '3'"),
-        ({"versoin": 3}, "cancel has unknown field(s) ['versoin']"),
+        ({"version": -2}, "version: Input should be greater than or equal to 0 (got -2)"),
+        ({"version": "3"}, "version: Input should be a valid integer (got '3')"),
+        ({"versoin": 3}, "versoin: Extra inputs are not permitted (got 3)"),
     ],
 )
 def test_a_malformed_cancel_is_rejected_with_a_message_naming_field_and_value(
     payload: object, message: str
 ) -> None:
-    with pytest.raises(InvalidRequest, match=re.escape(message)):
+    with pytest.raises(InvalidRequest, match=re.escape(f"invalid cancel payload: {message}")):
         parse_cancel(payload)
 
 
@@ -386,8 +385,8 @@ def test_next_occurrence_must_return_none_or_an_int_strictly_after(bad: object) 
 
 def test_params_over_the_limit_are_refused_naming_the_size() -> None:
     big = {"blob": "x" * 9000}
-    with pytest.raises(InvalidRequest, match=r"set\.params is 9011 bytes as JSON, more than"):
-        parse_set({"expression": "every:1000", "version": 1, "params": big}, every, 0)
+    with pytest.raises(InvalidRequest, match=r"params: is 9011 bytes as JSON, more than"):
+        read_payload("set", {"expression": "every:1000", "version": 1, "params": big}, 0, every)
 
 
 def test_a_full_queue_refuses_trigger_and_backfill_and_skips_ticks() -> None:
@@ -476,16 +475,17 @@ def test_no_dead_letter_is_kept_with_max_dead_letters_zero() -> None:
 @pytest.mark.parametrize(
     ("payload", "message"),
     [
-        ("o:1", "redeliver payload must be a JSON object"),
-        ({}, "redeliver.idempotency_key must be a non-empty string, got 'None'"),
-        ({"idempotency_key": 7}, "redeliver.idempotency_key must be a non-empty string, got '7'"),
-        ({"idempotency_key": "k", "x": 1}, "redeliver has unknown field(s) ['x']"),
+        ("o:1", "(root): Input should be an object (got 'o:1')"),
+        ({}, "idempotency_key: Field required"),
+        ({"idempotency_key": ""}, "idempotency_key: String should have at least 1 character"),
+        ({"idempotency_key": 7}, "idempotency_key: Input should be a valid string (got 7)"),
+        ({"idempotency_key": "k", "x": 1}, "x: Extra inputs are not permitted (got 1)"),
     ],
 )
 def test_a_malformed_redeliver_is_refused_naming_the_field(payload: object, message: str) -> None:
     with pytest.raises(InvalidRequest) as refused:
-        parse_redeliver(payload)
-    assert message in str(refused.value)
+        read_payload("redeliver", payload)
+    assert f"invalid redeliver payload: {message}" in str(refused.value)
 
 
 def test_a_run_end_frees_its_slot_for_a_queued_run_once_and_keeps_its_dead_letter() -> None:

@@ -24,14 +24,19 @@ from workflows import SANDBOXED
 from workflows.kernel import NO_INPUT
 from workflows.schedule import SCHEDULE_WORKFLOW_TYPE
 from workflows.schedule.core import (
-    MAX_BACKFILL_RUNS,
     InvalidRequest,
     NoLiveSchedule,
     ScheduleCore,
     ScheduleState,
-    parse_backfill,
 )
-from workflows.schedule.models import CancelRequest, RunStatus, ScheduleInput, SetRequest
+from workflows.schedule.messages import read_payload
+from workflows.schedule.models import (
+    MAX_BACKFILL_RUNS,
+    CancelRequest,
+    RunStatus,
+    ScheduleInput,
+    SetRequest,
+)
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
@@ -93,16 +98,16 @@ def test_backfill_records_each_occurrence_in_the_range_once_in_order() -> None:
 @pytest.mark.parametrize(
     ("payload", "message"),
     [
-        ({"start_at": 5, "end_at": 5}, "backfill.end_at must be after start_at, got 5 <= 5"),
-        ({"start_at": 1, "end_at": 10**6}, "must not be in the future, got 1000000 > 1000"),
-        ({"start_at": "x", "end_at": 9}, "backfill.start_at must be a non-negative"),
-        ({"start_at": 1, "end_at": 9, "extra": 1}, "unknown field(s) ['extra']"),
+        ({"start_at": 5, "end_at": 5}, "end_at: must be after start_at, got 5 <= 5"),
+        ({"start_at": 1, "end_at": 10**6}, "end_at: must not be in the future, got 1000000 > 1000"),
+        ({"start_at": "x", "end_at": 9}, "start_at: Input should be a valid integer (got 'x')"),
+        ({"start_at": 1, "end_at": 9, "extra": 1}, "extra: Extra inputs are not permitted"),
     ],
 )
 def test_backfill_input_is_checked_naming_the_field(payload: object, message: str) -> None:
     with pytest.raises(InvalidRequest) as error:
-        parse_backfill(payload, now_ms=1000)
-    assert message in str(error.value)
+        read_payload("backfill", payload, now_ms=1000)
+    assert f"invalid backfill payload: {message}" in str(error.value)
 
 
 async def test_pause_trigger_backfill_through_the_cli_reach_the_run_activity(
@@ -139,9 +144,7 @@ async def test_pause_trigger_backfill_through_the_cli_reach_the_run_activity(
             dev_server_address, "--task-queue", task_queue, "schedule", "backfill", object_id,
             "--start", str(now_ms), "--end", str(now_ms + 10 * hour), check=False,
         )  # fmt: skip
-        assert (
-            future.returncode == 1 and "backfill.end_at must not be in the future" in future.stderr
-        )
+        assert future.returncode == 1 and "end_at: must not be in the future" in future.stderr
 
         def ran() -> set[int]:
             return {run["scheduled_time"] for run in recorder.started}

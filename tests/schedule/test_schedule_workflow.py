@@ -382,7 +382,9 @@ async def test_bad_updates_are_rejected_naming_the_field_and_bad_signals_are_dro
     async with live_schedule(client, task_queue, unique, recorder) as handle:
         with pytest.raises(WorkflowUpdateFailedError) as rejected:
             await set_schedule(handle, expression="@every 1s", version=-1)
-        assert "set.version" in str(rejected.value.cause) and "-1" in str(rejected.value.cause)
+        assert "set payload: version" in str(rejected.value.cause) and "-1" in str(
+            rejected.value.cause
+        )
         cause = rejected.value.cause
         assert isinstance(cause, ApplicationError)
         assert (cause.type, cause.non_retryable) == ("InvalidRequest", True)

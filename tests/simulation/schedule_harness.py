@@ -31,13 +31,9 @@ from workflows.schedule.core import (
     InvalidRequest,
     ScheduleCore,
     ScheduleState,
-    parse_backfill,
-    parse_cancel,
     parse_configure,
-    parse_pause,
-    parse_redeliver,
-    parse_set,
 )
+from workflows.schedule.messages import read_payload
 from workflows.schedule.models import (
     Outcome,
     RunError,
@@ -285,13 +281,12 @@ class ScheduleSimulation:
     def _apply(self, name: str, raw: Any) -> None:
         core, now = self.core, self.now
         if name == "set":
-            core.set(
-                parse_set(raw, next_occurrence, now), now, lambda top: self.rng.randint(0, top)
-            )
+            request = read_payload("set", raw, now, next_occurrence)
+            core.set(request, now, lambda top: self.rng.randint(0, top))
         elif name == "cancel":
-            core.cancel(parse_cancel(raw))
+            core.cancel(read_payload("cancel", raw))
         elif name == "pause":
-            core.pause(parse_pause(raw))
+            core.pause(read_payload("pause", raw).note)
         elif name == "unpause":
             core.check_unpause(now)
             core.unpause(now)
@@ -300,15 +295,14 @@ class ScheduleSimulation:
             core.check_room(1, "trigger")
             self._triggered.append(core.trigger(now).scheduled_time)
         elif name == "backfill":
-            start_at, end_at = parse_backfill(raw, now)
-            core.check_room(len(core.unrecorded_backfill_times(start_at, end_at)), "backfill")
-            core.backfill(start_at, end_at)
+            backfill = read_payload("backfill", raw, now)
+            core.check_backfill(backfill.start_at, backfill.end_at)
+            core.backfill(backfill.start_at, backfill.end_at)
         elif name == "configure":
             self.settings = parse_configure(raw, self.settings)
-            core.use_settings(self.settings)
-            core.configure_bounds(self.settings, raw, now)
+            core.configure(self.settings, raw, now)
         elif name == "redeliver":
-            letter = core.begin_redelivery(parse_redeliver(raw))
+            letter = core.begin_redelivery(read_payload("redeliver", raw).idempotency_key)
             self.redeliveries[letter.idempotency_key] = letter.scheduled_time
 
     def trigger_burst(self) -> None:

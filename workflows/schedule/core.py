@@ -17,16 +17,21 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from workflows.budget import STATE_BUDGET_BYTES
-from workflows.limits import MAX_JSON_DEPTH, id_form_problem, id_problem, json_depth
+from workflows.limits import id_form_problem, id_problem
 from workflows.schedule.cron import NextOccurrence
+from workflows.schedule.messages import read_payload
 from workflows.schedule.models import (
-    MAX_DELAY_MS,
-    MAX_SAFE_INTEGER,
+    FAILURE_NOTE_ERROR_LENGTH,
+    MAX_BACKFILL_RUNS,
+    MAX_PAUSE_NOTE_LENGTH,
+    RECENT_RUNS_KEPT,
     CancelRequest,
+    DescribeQuery,
     JitterRange,
     Outcome,
     OutcomeRetries,
     OverlapPolicy,
+    PauseRequest,
     RunError,
     RunStatus,
     ScheduleInput,
@@ -136,13 +141,10 @@ class Delivery(StrEnum):
     UNDELIVERED = "undelivered"
 
 
-# How many ended runs `describe` shows (the ring `ScheduleState.recent_runs`), and how much of
-# an error each keeps: docs/limits.md counts the ring in the state budget.
-RECENT_RUNS_KEPT = 10
+# How much of an error each ended run `describe` shows keeps: docs/limits.md counts the ring
+# of ended runs in the state budget.
 MAX_RECENT_ERROR_NAME = 100
 MAX_RECENT_ERROR_MESSAGE = 200
-# How many fire times `describe` may compute (`{"next": n}`).
-MAX_NEXT_FIRE_TIMES = 50
 
 
 class RecentRun(BaseModel):
@@ -211,9 +213,6 @@ def initial_state(settings: ScheduleInput) -> ScheduleState:
     return ScheduleState(remaining_runs=settings.remaining_runs)
 
 
-# `set.params` as JSON; every run carries the params of the version it ran under.
-MAX_PARAMS_BYTES = 8 * 1024
-MAX_EXPRESSION_LENGTH = 500
 # How many runs may wait for a slot under each overlap policy (`max_queued_runs` caps all).
 OVERLAP_QUEUE_LIMIT = {
     OverlapPolicy.QUEUE: None,
@@ -230,7 +229,7 @@ class ScheduleWorkflowInput(ScheduleInput):
 
 @dataclass(frozen=True)
 class Start:
-    """What a run of the schedule starts from (see `parse_start`)."""
+    """What a run of the schedule starts from (see `read_start`)."""
 
     settings: ScheduleInput
     carried: ScheduleState | None
@@ -243,7 +242,7 @@ class Start:
     bad_id: str | None = None
 
 
-def parse_start(decode: Callable[[], object], workflow_id: str) -> Start:
+def read_start(decode: Callable[[], object], workflow_id: str) -> Start:
     """The settings (with `object_id`, by default the workflow ID without `schedule:`), the
     carried state, and the problem that fails the schedule once, if any (then the settings
     are usable defaults). `decode` returns the start input as JSON values, or raises
@@ -264,6 +263,10 @@ def parse_start(decode: Callable[[], object], workflow_id: str) -> Start:
     )
     bad_id = None if bad_form is None else f"invalid DurabilitySchedule input: {bad_form}"
     return Start(settings, start.carried, problem, coerced, bad_id)
+
+
+# The name `durability.client` reads the start input by.
+parse_start = read_start
 
 
 # Start fields `configure` cannot change, each with why (docs/contract.md 2.2).
@@ -296,28 +299,6 @@ class Skipped:
     reason: SkipReason
 
 
-MAX_BACKFILL_RUNS = 100
-# A pause note at most (`pause {"note"}`, or written by `pause_on_failure`), in characters;
-# a failure's note shows at most FAILURE_NOTE_ERROR_LENGTH characters of its error.
-MAX_PAUSE_NOTE_LENGTH = 1200
-FAILURE_NOTE_ERROR_LENGTH = 250
-
-
-def parse_pause(raw: object) -> str | None:
-    """`pause` payload -> its `note`, or None; InvalidRequest naming a note that is not a
-    string or too long. Anything else in the payload is ignored, as before notes existed."""
-    note = raw.get("note") if isinstance(raw, dict) else None
-    if note is None:
-        return None
-    if not isinstance(note, str):
-        raise InvalidRequest(f"pause.note must be a string, got {note!r:.200}")
-    if len(note) > MAX_PAUSE_NOTE_LENGTH:
-        raise InvalidRequest(
-            f"pause.note is {len(note)} characters, more than {MAX_PAUSE_NOTE_LENGTH}"
-        )
-    return note
-
-
 def failure_note(key: str, error: RunError | None) -> str:
     """The pause note of a run that errored under `pause_on_failure`."""
     shown = "unknown error" if error is None else f"{error.name}: {error.message}"
@@ -326,119 +307,22 @@ def failure_note(key: str, error: RunError | None) -> str:
     return f"paused on failure: run {key} errored: {shown}"[:MAX_PAUSE_NOTE_LENGTH]
 
 
-class DescribeQuery(BaseModel):
-    """The `describe` query's argument: how many recent runs and next fire times to show."""
+def parse_cancel(raw: object) -> CancelRequest:
+    """A `cancel` payload as the catalog reads it (`durability.client` checks with it)."""
+    request: CancelRequest = read_payload("cancel", raw)
+    return request
 
-    runs: int = RECENT_RUNS_KEPT
-    next: int = 10
+
+def parse_pause(raw: object) -> str | None:
+    """A `pause` payload's note as the catalog reads it (`durability.client` checks with it)."""
+    request: PauseRequest = read_payload("pause", raw)
+    return request.note
 
 
 def parse_describe(raw: object) -> DescribeQuery:
-    """`describe {"runs"?: 0..RECENT_RUNS_KEPT, "next"?: 0..MAX_NEXT_FIRE_TIMES}`, or
-    InvalidRequest naming the field and value."""
-    payload = _object("describe", raw, {"runs", "next"})
-    query = DescribeQuery()
-    if "runs" in payload:
-        query.runs = _integer("describe.runs", payload["runs"], RECENT_RUNS_KEPT)
-    if "next" in payload:
-        query.next = _integer("describe.next", payload["next"], MAX_NEXT_FIRE_TIMES)
+    """A `describe` argument as the catalog reads it (`durability.client` checks with it)."""
+    query: DescribeQuery = read_payload("describe", raw)
     return query
-
-
-def parse_redeliver(raw: object) -> str:
-    """`redeliver {"idempotency_key": str}` -> the key; InvalidRequest naming the field."""
-    payload = _object("redeliver", raw, {"idempotency_key"})
-    key = payload.get("idempotency_key")
-    if not isinstance(key, str) or not key:
-        raise InvalidRequest(
-            f"redeliver.idempotency_key must be a non-empty string, got {str(key)[:200]!r}"
-        )
-    return key
-
-
-def parse_backfill(raw: object, now_ms: int) -> tuple[int, int]:
-    """Validate `backfill {"start_at", "end_at"}`: a past range [start_at, end_at)."""
-    payload = _object("backfill", raw, {"start_at", "end_at"})
-    start_at = _integer("backfill.start_at", payload.get("start_at"), MAX_SAFE_INTEGER)
-    end_at = _integer("backfill.end_at", payload.get("end_at"), MAX_SAFE_INTEGER)
-    if end_at <= start_at:
-        raise InvalidRequest(f"backfill.end_at must be after start_at, got {end_at} <= {start_at}")
-    if end_at > now_ms:
-        raise InvalidRequest(f"backfill.end_at must not be in the future, got {end_at} > {now_ms}")
-    return start_at, end_at
-
-
-# Messages show at most this much of a refused value (`{value!r:.200}`): a refusal carrying a
-# megabyte-long value would pass Temporal's payload limit and fail the workflow task.
-def _integer(name: str, value: object, maximum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
-        kind = "safe integer" if maximum == MAX_SAFE_INTEGER else f"integer <= {maximum}"
-        raise InvalidRequest(f"{name} must be a non-negative {kind}, got {value!r:.200}")
-    return value
-
-
-def _object(name: str, raw: object, fields: set[str]) -> dict[str, Any]:
-    """The payload as a JSON object with no field outside `fields`, or InvalidRequest."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise InvalidRequest(f"{name} payload must be a JSON object, got {raw!r:.200}")
-    unknown = sorted(set(raw) - fields)
-    if unknown:
-        raise InvalidRequest(f"{name} has unknown field(s) {unknown!r:.200}")
-    return raw
-
-
-def parse_set(raw: object, next_occurrence: NextOccurrence, now_ms: int) -> SetRequest:
-    """Validate a `set` payload (S2) or raise InvalidRequest naming the field and value."""
-    payload = _object("set", raw, {"expression", "version", "jitter_ms", "params"})
-    expression = payload.get("expression")
-    if not isinstance(expression, str) or not expression.strip():
-        raise InvalidRequest(f"set.expression must be a non-empty string, got {expression!r:.200}")
-    if len(expression) > MAX_EXPRESSION_LENGTH:
-        raise InvalidRequest(
-            f"set.expression is {len(expression)} characters, more than {MAX_EXPRESSION_LENGTH}"
-        )
-    try:
-        next_occurrence(expression, now_ms)
-    except ValueError as error:
-        raise InvalidRequest(
-            f"set.expression does not parse, got {expression!r}: {error}"
-        ) from None
-    version = _integer("set.version", payload.get("version"), MAX_SAFE_INTEGER)
-    raw_jitter = payload.get("jitter_ms", 0)
-    jitter: int | JitterRange
-    if isinstance(raw_jitter, dict):
-        if set(raw_jitter) != {"max_ms"}:
-            raise InvalidRequest(
-                f"set.jitter_ms must be an integer or {{max_ms}}, got {raw_jitter!r:.200}"
-            )
-        jitter = JitterRange(
-            max_ms=_integer("set.jitter_ms.max_ms", raw_jitter["max_ms"], MAX_DELAY_MS)
-        )
-    else:
-        jitter = _integer("set.jitter_ms", raw_jitter, MAX_DELAY_MS)
-    params = payload.get("params", {})
-    if not isinstance(params, dict):
-        raise InvalidRequest(f"set.params must be a JSON object, got {params!r:.200}")
-    size = len(json.dumps(params, separators=(",", ":"), default=str))
-    if size > MAX_PARAMS_BYTES:
-        raise InvalidRequest(
-            f"set.params is {size} bytes as JSON, more than the limit of {MAX_PARAMS_BYTES}"
-        )
-    depth = json_depth(params)
-    if depth > MAX_JSON_DEPTH:
-        raise InvalidRequest(f"set.params nests {depth} levels deep, more than {MAX_JSON_DEPTH}")
-    return SetRequest(expression=expression, version=version, jitter_ms=jitter, params=params)
-
-
-def parse_cancel(raw: object) -> CancelRequest:
-    """Validate a `cancel` payload (`{}` or `{"version": n}`) or raise InvalidRequest."""
-    payload = _object("cancel", raw, {"version"})
-    version = payload.get("version")
-    if version is None:
-        return CancelRequest()
-    return CancelRequest(version=_integer("cancel.version", version, MAX_SAFE_INTEGER))
 
 
 def checked_next(next_occurrence: NextOccurrence, expression: str, after_ms: int) -> int | None:
@@ -516,6 +400,16 @@ class ScheduleCore:
         if next_at is None or (self.end_at is not None and next_at >= self.end_at):
             return None
         return next_at
+
+    def configure(self, settings: ScheduleInput, changed: Collection[str], now_ms: int) -> None:
+        """`configure` set the fields `changed`, leaving `settings`: decide under them from
+        now on (`use_settings`, `configure_bounds`); a new `dst_policy` moves the next tick to
+        where the new policy finds it, from now."""
+        dst_changed = settings.dst_policy != self.dst_policy
+        self.use_settings(settings)
+        self.configure_bounds(settings, changed, now_ms)
+        if dst_changed:
+            self.revise_next_at(lambda expression, _: self.bounded_next(expression, now_ms))
 
     def configure_bounds(
         self, settings: ScheduleInput, changed: Collection[str], now_ms: int
@@ -760,6 +654,11 @@ class ScheduleCore:
     def unrecorded_backfill_times(self, start_at: int, end_at: int) -> list[int]:
         """The occurrences in [start_at, end_at) that are not recorded runs already."""
         return [t for t in self.backfill_times(start_at, end_at) if t not in self.state.runs]
+
+    def check_backfill(self, start_at: int, end_at: int) -> None:
+        """NoRoomForRuns when the runs a `backfill` of [start_at, end_at) would record do not
+        fit."""
+        self.check_room(len(self.unrecorded_backfill_times(start_at, end_at)), "backfill")
 
     def backfill(self, start_at: int, end_at: int) -> list[Run]:
         """Record a queued run for each occurrence in [start_at, end_at) not already recorded.

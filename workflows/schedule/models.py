@@ -3,20 +3,30 @@ workflows and the activities. Field names are the public JSON names."""
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
-from workflows.limits import MAX_INT32, ActivityName, TaskQueueName, WorkflowId
+from workflows.limits import (
+    MAX_INT32,
+    MAX_JSON_DEPTH,
+    ActivityName,
+    TaskQueueName,
+    WorkflowId,
+    json_depth,
+)
 from workflows.validation import carried
 
 MAX_DELAY_MS = 2**31 - 1
@@ -211,25 +221,148 @@ class ScheduleInput(BaseModel):
 BOUND_FIELDS = ("catchup_window_ms", "start_at", "end_at", "remaining_runs")
 
 
+# --- message payloads, read strictly (JSON mode) by the catalog (`workflows.schedule.messages`)
+
+# `set.expression` at most, in characters; `set.params` as JSON at most, in bytes (every run
+# carries the params of the version it ran under).
+MAX_EXPRESSION_LENGTH = 500
+MAX_PARAMS_BYTES = 8 * 1024
+# How many runs one `backfill` may record.
+MAX_BACKFILL_RUNS = 100
+# A pause note at most (`pause {"note"}`, or written by `pause_on_failure`), in characters;
+# a failure's note shows at most FAILURE_NOTE_ERROR_LENGTH characters of its error.
+MAX_PAUSE_NOTE_LENGTH = 1200
+FAILURE_NOTE_ERROR_LENGTH = 250
+# How many ended runs `describe` shows (the ring `ScheduleState.recent_runs`), and how many
+# fire times it may compute (`{"next": n}`).
+RECENT_RUNS_KEPT = 10
+MAX_NEXT_FIRE_TIMES = 50
+
+SafeInteger = Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)]
+DelayMs = Annotated[int, Field(ge=0, le=MAX_DELAY_MS)]
+
+# The parse context a shell passes (`Message.parse`): the workflow's time, and the
+# schedule's `next_occurrence` a `set` expression must parse with.
+NOW_MS = "now_ms"
+NEXT_OCCURRENCE = "next_occurrence"
+
+
+def _context(info: ValidationInfo, key: str) -> Any:
+    return info.context.get(key) if isinstance(info.context, dict) else None
+
+
+def _refused(reason: str) -> PydanticCustomError:
+    # The reason as context, not as the template: an expression's braces are not fields.
+    return PydanticCustomError("value_error", "{reason}", {"reason": reason})
+
+
 class JitterRange(BaseModel):
     """`{"max_ms": n}`: a jitter picked uniformly in [0, n] when the version is stored."""
 
-    max_ms: int
+    model_config = ConfigDict(extra="forbid")
+
+    max_ms: DelayMs
+
+
+# `set.jitter_ms`: an integer, or an object (`JitterRange`); an error names the one it reads.
+Jitter = Annotated[
+    Annotated[DelayMs, Tag("integer")] | Annotated[JitterRange, Tag("range")],
+    Discriminator(lambda value: "range" if isinstance(value, dict | JitterRange) else "integer"),
+]
 
 
 class SetRequest(BaseModel):
-    """Payload of `set` (signal and update)."""
+    """Payload of `set` (signal and update, S2). With the parse context (`NOW_MS`,
+    `NEXT_OCCURRENCE`) the expression must parse: `next_occurrence` raises no ValueError."""
 
-    expression: str
-    version: int
-    jitter_ms: int | JitterRange = 0
+    model_config = ConfigDict(extra="forbid")
+
+    expression: Annotated[str, Field(max_length=MAX_EXPRESSION_LENGTH)]
+    version: SafeInteger
+    jitter_ms: Jitter = 0
     params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("expression", mode="after")
+    @classmethod
+    def _parses(cls, expression: str, info: ValidationInfo) -> str:
+        if not expression.strip():
+            raise _refused("must not be blank")
+        next_occurrence = _context(info, NEXT_OCCURRENCE)
+        if next_occurrence is not None:
+            try:
+                next_occurrence(expression, _context(info, NOW_MS))
+            except ValueError as error:
+                raise _refused(f"does not parse: {error}") from None
+        return expression
+
+    @field_validator("params", mode="after")
+    @classmethod
+    def _bounded(cls, params: dict[str, Any]) -> dict[str, Any]:
+        size = len(json.dumps(params, separators=(",", ":"), default=str))
+        if size > MAX_PARAMS_BYTES:
+            raise _refused(f"is {size} bytes as JSON, more than the limit of {MAX_PARAMS_BYTES}")
+        depth = json_depth(params)
+        if depth > MAX_JSON_DEPTH:
+            raise _refused(f"nests {depth} levels deep, more than {MAX_JSON_DEPTH}")
+        return params
 
 
 class CancelRequest(BaseModel):
-    """Payload of `cancel`: `{}` or `{"version": n}`."""
+    """Payload of `cancel`: `{}` or `{"version": n}` (`null`: none)."""
 
-    version: int | None = None
+    model_config = ConfigDict(extra="forbid")
+
+    version: SafeInteger | None = None
+
+
+class PauseRequest(BaseModel):
+    """Payload of `pause`: an optional `note` saying why. Anything else in it is ignored (a
+    payload that is not an object too), as before notes existed."""
+
+    note: Annotated[str, Field(max_length=MAX_PAUSE_NOTE_LENGTH)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _object_or_nothing(cls, payload: Any) -> Any:
+        return payload if isinstance(payload, dict) else {}
+
+
+class BackfillRequest(BaseModel):
+    """Payload of `backfill`: a past range [start_at, end_at) of epoch ms (with the parse
+    context `NOW_MS`, `end_at` must not be in the future)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    start_at: SafeInteger
+    end_at: SafeInteger
+
+    @field_validator("end_at", mode="after")
+    @classmethod
+    def _past_range(cls, end_at: int, info: ValidationInfo) -> int:
+        start_at = info.data.get("start_at")
+        if start_at is not None and end_at <= start_at:
+            raise _refused(f"must be after start_at, got {end_at} <= {start_at}")
+        now = _context(info, NOW_MS)
+        if now is not None and end_at > now:
+            raise _refused(f"must not be in the future, got {end_at} > {now}")
+        return end_at
+
+
+class RedeliverRequest(BaseModel):
+    """Payload of `redeliver`: the dead letter's key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    idempotency_key: Annotated[str, Field(min_length=1)]
+
+
+class DescribeQuery(BaseModel):
+    """The `describe` query's argument: how many recent runs and next fire times to show."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    runs: Annotated[int, Field(ge=0, le=RECENT_RUNS_KEPT)] = RECENT_RUNS_KEPT
+    next: Annotated[int, Field(ge=0, le=MAX_NEXT_FIRE_TIMES)] = 10
 
 
 class RunStatus(StrEnum):

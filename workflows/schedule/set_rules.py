@@ -16,9 +16,10 @@ Pure: the caller passes the schedule's `next_occurrence` and the time.
 from __future__ import annotations
 
 from workflows.schedule import cron
-from workflows.schedule.core import InvalidRequest, parse_set
 from workflows.schedule.cron import NextOccurrence
+from workflows.schedule.messages import read_payload
 from workflows.schedule.models import JitterRange, SetRequest
+from workflows.validation import InvalidRequest
 
 MIN_EVERY_MS = 1_000
 
@@ -44,7 +45,7 @@ def refusal(
 ) -> str | None:
     """Why a new `set` of `expression` with a jitter of up to `jitter_max_ms` cannot be
     what the user meant, naming the field and value; None when it can. `expression` has
-    already parsed (`core.parse_set`)."""
+    already parsed (`SetRequest`)."""
     if builtin:
         try:
             cron.validate(expression)
@@ -85,8 +86,9 @@ def request_refusal(
 def parse_new_set(
     raw: object, next_occurrence: NextOccurrence, now_ms: int, *, builtin: bool
 ) -> SetRequest:
-    """`core.parse_set`, then the rules of a new `set`: InvalidRequest naming the field."""
-    request = parse_set(raw, next_occurrence, now_ms)
+    """`raw` read as a `set` payload, then the rules of a new `set`: InvalidRequest naming
+    the field."""
+    request: SetRequest = read_payload("set", raw, now_ms, next_occurrence)
     reason = request_refusal(request, next_occurrence, now_ms, builtin=builtin)
     if reason is not None:
         raise InvalidRequest(reason)

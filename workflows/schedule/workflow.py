@@ -1,11 +1,13 @@
 """`DurabilitySchedule`, one per object: the Temporal shell around `core.ScheduleCore`.
 
-The core decides (ticks, versions, slots, the queue, dead letters); this shell turns its
-decisions into a tick timer, a `ScheduledRun` child per run (`workflows.schedule.run`), the
-delivery of each run's outcome once the run stopped (`workflows.schedule.redelivery`),
-search attributes (`publish.py`), and continue-as-new once the history is long and every
-run has ended (`drain.py`). A deployment brings its own `next_occurrence` by subclassing
-(docs/contract.md, 2.6 "Expressions", has the example).
+Catalog -> core -> effects. Its messages are declared in `workflows.schedule.messages`, which
+registers their handlers (`workflows.handlers`): each handler reads its payload strictly and
+calls an `apply_<name>` / `check_<name>` / `query_<name>` below, which asks the core to decide
+(ticks, versions, slots, the queue, dead letters). The shell carries the decisions out: a tick
+timer, a `ScheduledRun` child per run (`reports.RunReports`), the delivery of each finished
+run's outcome (`delivery.py`), search attributes (`publish.py`), and continue-as-new once the
+history is long and every run has finished (`drain.py`). A deployment brings its own
+`next_occurrence` by subclassing (docs/contract.md, 2.6 "Expressions", has the example).
 """
 
 from __future__ import annotations
@@ -19,87 +21,77 @@ from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
     from workflows import SANDBOXED, metrics
-    from workflows.kernel import (
-        NO_INPUT,
-        ShellKernel,
-        decode_start_input,
-        now_ms,
-        read_message,
-        rejected_as,
-    )
+    from workflows.catalog import Message
+    from workflows.handlers import CatalogShell, handlers_from
+    from workflows.kernel import NO_INPUT, ShellKernel, decode_start_input, now_ms
     from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron, status
     from workflows.schedule.core import (
         Closing,
-        DeadLetter,
         InvalidRequest,
         Run,
         ScheduleCore,
         ScheduleWorkflowInput,
         Skipped,
         initial_state,
-        parse_backfill,
-        parse_cancel,
         parse_configure,
-        parse_describe,
-        parse_pause,
-        parse_redeliver,
-        parse_set,
-        parse_start,
+        read_start,
         settings_of,
     )
     from workflows.schedule.day_rule import DayRule
+    from workflows.schedule.delivery import Deliveries, Redeliveries, send_progress
     from workflows.schedule.drain import Drain
     from workflows.schedule.lifecycle import Lifecycle
+    from workflows.schedule.messages import SCHEDULE_MESSAGES
     from workflows.schedule.models import (
-        RUN_ACKNOWLEDGED_SIGNAL,
-        RUN_SETTLED_SIGNAL,
+        NEXT_OCCURRENCE,
+        NOW_MS,
+        BackfillRequest,
+        CancelRequest,
+        DescribeQuery,
+        PauseRequest,
+        RedeliverRequest,
         RunAcknowledged,
         RunSettled,
+        SetRequest,
         idempotency_key,
         lifecycle_event,
     )
     from workflows.schedule.preview import daylight_saving
     from workflows.schedule.publish import Published
-    from workflows.schedule.redelivery import Deliveries, Redeliveries
-    from workflows.schedule.run import STARTS, WATCHES, RunReports
-    from workflows.schedule.set_rules import parse_new_set, request_refusal
+    from workflows.schedule.reports import STARTS, WATCHES, RunReports
+    from workflows.schedule.set_rules import request_refusal
     from workflows.validation import CARRIED_CONTEXT
 
-
-# Recorded when a cancellation request reaches a run: it then closes only once every run it
-# started has reported (a run recorded before closed at once).
+# Each patch changes the commands from where it is asked; docs/compat.md says what replays.
+# A cancellation request closes the schedule only once every run it started has reported.
 CLOSE_AFTER_RUNS_ON_CANCEL_PATCH = "close-after-runs-on-cancel"
-# Recorded, first in a run, by a schedule whose start input sets a bound on its life
-# (`catchup_window_ms`, `start_at`, `end_at`, `remaining_runs`, `pause_on_failure`): a run
-# recorded by a build that ignored those fields replays without them.
+# The start fields bounding a schedule's life (`catchup_window_ms`, `start_at`, ...) apply.
 SCHEDULE_BOUNDS_PATCH = "schedule-bounds"
-# Recorded when a cancellation request reaches a run that had stopped its outcome deliveries
-# to continue as new: the cancellation lifts the stop, so the run delivers what it owes and
-# closes (a run recorded before waited for deliveries that could no longer start).
+# A cancellation lifts a continue-as-new's stop of deliveries: the outcomes owed are delivered.
 DELIVER_WHILE_CANCELLING_PATCH = "deliver-while-cancelling"
-# Recorded when a signal reaches a schedule closing as cancelled: it is dropped and counted
-# (a run recorded before applied it, and lost it with the close).
+# A signal to a schedule closing as cancelled is dropped and counted, not lost with the close.
 DROP_WHILE_CLOSING_PATCH = "drop-signals-while-closing"
-# Recorded when a `trigger` falls on a time a run (or the pending tick) already holds: it
-# records its own run at the next free millisecond (a run recorded before merged into it).
+# A `trigger` on a time already held records its own run at the next free millisecond.
 DISTINCT_TRIGGER_TIMES_PATCH = "distinct-trigger-times"
-# Recorded when a cancellation request reaches a run: it publishes its state memo `closing`
-# (a run recorded before left it `live` until the close).
+# A cancellation request publishes the state memo `closing`.
 PUBLISH_CLOSING_PATCH = "publish-closing-state"
+# The updates whose handler, not only their validator, refuses them while the schedule closes
+# as cancelled (a signal always does): the others apply what their validator accepted.
+CHECKED_OPEN_IN_HANDLER = frozenset({"set", "cancel", "configure"})
 
 
 @workflow.defn(name=SCHEDULE_WORKFLOW_TYPE, sandboxed=SANDBOXED)
-class DurabilityScheduleWorkflow:
+@handlers_from(SCHEDULE_MESSAGES)
+class DurabilityScheduleWorkflow(CatalogShell):
     """One object's recurring schedule (S1-S8, S13): never completes on its own."""
 
     @workflow.init
     def __init__(self, input: RawValue = NO_INPUT) -> None:
         # Decoded and validated here, not by the converter: a start input the converter
         # cannot read would fail every workflow task; this way the schedule fails once.
-        self._start = parse_start(lambda: decode_start_input(input), workflow.info().workflow_id)
+        self._start = read_start(lambda: decode_start_input(input), workflow.info().workflow_id)
         self._settings, carried = self._start.settings, self._start.carried
-        # Here, not in `run`: the first task's messages are handled before `run` begins. A
-        # run recorded without the marker runs as the build that recorded it: unbounded.
+        # Here, not in `run`: the first task's messages are handled before `run` begins.
         if self._settings.bounded() and not workflow.patched(SCHEDULE_BOUNDS_PATCH):
             self._settings = self._settings.without_bounds()
         self._object_id = self._settings.object_id or ""
@@ -112,19 +104,9 @@ class DurabilityScheduleWorkflow:
             self._core, type(self).next_occurrence is DurabilityScheduleWorkflow.next_occurrence
         )
         self._lifecycle = Lifecycle(self._settings)
-        self._redeliveries = Redeliveries(
-            self._settings, self._core, self._kernel, self._redelivered
-        )
-        self._deliveries = Deliveries(
-            self._settings,
-            self._core,
-            self._kernel,
-            lambda t, event_type, **fields: self._emit(t, event_type, now_ms(), **fields),
-            self._send_progress,
-        )
-        self._runs = RunReports(
-            self._settings, self._core, self._kernel, self._send_progress, self._deliveries.stopped
-        )
+        self._redeliveries = Redeliveries(self._settings, self._core, self._kernel)
+        self._deliveries = Deliveries(self._settings, self._core, self._kernel, self._lifecycle)
+        self._runs = RunReports(self._settings, self._core, self._kernel, self._deliveries)
         self._drain = Drain(self._settings.continue_as_new_after_events)
         self._published = Published(self._object_id)
 
@@ -175,7 +157,7 @@ class DurabilityScheduleWorkflow:
         to start (those a continue-as-new close had stopped)."""
         lifts_stop = self._core.deliveries_stopped() and self._deliveries.pending() > 0
         if lifts_stop and not workflow.patched(DELIVER_WHILE_CANCELLING_PATCH):
-            return  # recorded before: the run waits with its deliveries stopped
+            return  # as recorded without the patch: the run waits with its deliveries stopped
         self._core.begin_cancellation()
         if workflow.patched(PUBLISH_CLOSING_PATCH):
             self._published.publish_closing()
@@ -195,24 +177,20 @@ class DurabilityScheduleWorkflow:
             if timer_fired and not started and wake_at is None:
                 # The tick's timer fired and this task starts nothing and sets no new timer,
                 # yet the tick may have queued a run: see workflows.kernel.
-                self._send_progress()
+                send_progress(self._kernel, self._core)
             timer_fired = False
+            summary = "next tick" if wake_at is None else f"next tick {status.iso(wake_at)}"
+            timeout = None if wake_at is None else timedelta(milliseconds=wake_at - now_ms())
             try:
-                await workflow.wait_condition(
-                    self._woken,
-                    timeout=None if wake_at is None else timedelta(milliseconds=wake_at - now_ms()),
-                    timeout_summary="next tick"
-                    if wake_at is None
-                    else f"next tick {status.iso(wake_at)}",
-                )
+                await workflow.wait_condition(self._woken, timeout=timeout, timeout_summary=summary)
             except TimeoutError:
                 timer_fired = True
         await self._kernel.close_when_safe(
-            self._settle_before_closing,
+            self._hand_over_before_closing,
             ready=lambda: not self._kernel.busy(STARTS) and not self._lifecycle.tasks,
         )
 
-    async def _settle_before_closing(self) -> bool:
+    async def _hand_over_before_closing(self) -> bool:
         """Hand over the runs still going, then stop the outcome deliveries still going (the
         undelivered are carried: `Deliveries.stop`) and wait for the lifecycle calls they
         made (a `dead_lettered`)."""
@@ -227,8 +205,7 @@ class DurabilityScheduleWorkflow:
         self._day_rule.decide()
         due = self._core.tick(now)
         startable = [] if self._drain.going else self._core.take_startable(now)
-        skipped = [s for s in (self._core.caught_up, due) if isinstance(s, Skipped)]
-        for skip in skipped:
+        for skip in (s for s in (self._core.caught_up, due) if isinstance(s, Skipped)):
             workflow.logger.warning(
                 "skipped the tick %s of %s: %s", skip.scheduled_time, self._object_id, skip.reason
             )
@@ -237,7 +214,7 @@ class DurabilityScheduleWorkflow:
             self._emit(due.scheduled_time, "due", now, queued=due not in startable)
             metrics.record(metrics.QUEUE_DEPTH, self._core.queued_count())
         for run, last_slot in zip(startable, self._core.takes_last_slot(startable), strict=True):
-            self._runs.start(run, settle_by_signal=last_slot)
+            self._runs.start(run, report_by_signal=last_slot)
         self._published.publish(
             self._core.state,
             self._core.next_wake_at(),
@@ -254,310 +231,150 @@ class DurabilityScheduleWorkflow:
         """Every run's child has ended and nothing of this run of the workflow is pending but
         outcome deliveries (stopped and carried when it closes), or the drain's allowance of
         events is spent."""
-        return self._drain.over(
-            self._core.drained(
-                shell_busy=self._kernel.busy(STARTS, Redeliveries.TASKS)
-                or bool(self._lifecycle.tasks)
-            )
-        )
+        busy = self._kernel.busy(STARTS, Redeliveries.TASKS) or bool(self._lifecycle.tasks)
+        return self._drain.over(self._core.drained(shell_busy=busy))
 
     def _emit(self, scheduled_time: int, event_type: str, now: int, **fields: Any) -> None:
         key = idempotency_key(self._object_id, scheduled_time)
         self._lifecycle.emit(lifecycle_event(event_type, key, scheduled_time, now, **fields))
 
-    def _send_progress(self, **extra: int) -> None:
-        running, queued = self._core.running_count(), self._core.queued_count()
-        self._kernel.progress({"running": running, "queued": queued, **extra})
+    def _emit_recorded(self, runs: list[Run], now: int) -> None:
+        queued = self._core.new_runs_wait()
+        for run in runs:
+            self._emit(run.scheduled_time, "due", now, queued=queued)
 
-    # --- messages: each handler routes its payload to the core through the kernel ---
+    # --- messages (`workflows.schedule.messages`): the catalog's hooks, then one method each
 
-    def _check_open(self, name: str) -> None:
-        """For a signal: refuse it (dropped and counted) while the schedule closes as
-        cancelled: applied, it would be lost with the close."""
-        if self._core.closing is Closing.CANCELLED and workflow.patched(DROP_WHILE_CLOSING_PATCH):
-            self._core.check_open(name)
+    def _first(self, message: Message) -> None:
+        if message.name in ("unpause", "backfill"):
+            self._day_rule.decide()  # they compute times of the stored expression
 
-    def _apply_set(self, raw: Any) -> bool:
-        self._check_open("set")
+    def _screen(self, message: Message, *, validating: bool) -> None:
+        """Refuse a user's message while the schedule closes as cancelled: applied, it would
+        be lost with the close (a signal is dropped and counted)."""
+        if message.internal:
+            return
+        if validating:
+            self._core.check_open(message.name)
+            return
+        checked = message.name in CHECKED_OPEN_IN_HANDLER or not _in_update()
+        closing = self._core.closing is Closing.CANCELLED
+        if checked and closing and workflow.patched(DROP_WHILE_CLOSING_PATCH):
+            self._core.check_open(message.name)
+
+    def _parse(self, message: Message, value: Any) -> Any:
+        return message.parse(value, {NOW_MS: now_ms(), NEXT_OCCURRENCE: self.next_occurrence})
+
+    def check_set(self, request: SetRequest) -> None:
+        refused = request_refusal(
+            request, self.next_occurrence, now_ms(), builtin=self._day_rule.builtin
+        )
+        if refused is not None:
+            raise InvalidRequest(refused)
+
+    def apply_set(self, request: SetRequest) -> bool:
         now = now_ms()
-        request = parse_set(raw, self.next_occurrence, now)
         builtin = self._day_rule.builtin
         refused = request_refusal(request, self.next_occurrence, now, builtin=builtin)
         if refused is not None and self._day_rule.refuses_new_set():
             raise InvalidRequest(refused)
         self._day_rule.decide(request.expression)
-        applied = self._core.set(request, now, lambda max_ms: workflow.random().randint(0, max_ms))
-        self._kernel.wake()
-        return applied
+        return self._core.set(request, now, lambda max_ms: workflow.random().randint(0, max_ms))
 
-    def _apply_cancel(self, raw: Any) -> bool:
-        self._check_open("cancel")
-        live = self._core.cancel(parse_cancel(raw))
-        self._kernel.wake()
-        return live
+    def apply_cancel(self, request: CancelRequest) -> bool:
+        return self._core.cancel(request)
 
-    @workflow.signal(name="set")
-    def set_signal(self, raw: RawValue = NO_INPUT) -> None:
-        """`set` as a signal: a bad payload is logged, counted and dropped (S2)."""
-        self._kernel.signal("set", self._apply_set, raw)
+    def check_configure(self, fields: Any) -> None:
+        parse_configure(fields, self._settings)
 
-    @workflow.update(name="set")
-    def set_update(self, raw: RawValue = NO_INPUT) -> bool:
-        """`set` as an update: returns whether the version was stored (S3)."""
-        return self._kernel.update(self._apply_set, raw)
-
-    @set_update.validator
-    def validate_set(self, raw: RawValue = NO_INPUT) -> None:
-        """Reject a malformed `set` before anything is recorded."""
-        self._kernel.validate(self._core.check_open, "set")
-        builtin = self._day_rule.builtin
-        self._kernel.validate(parse_new_set, raw, self.next_occurrence, now_ms(), builtin=builtin)
-
-    @workflow.signal(name="cancel")
-    def cancel_signal(self, raw: RawValue = NO_INPUT) -> None:
-        """`cancel` as a signal: a bad payload is logged, counted and dropped."""
-        self._kernel.signal("cancel", self._apply_cancel, raw)
-
-    @workflow.update(name="cancel")
-    def cancel_update(self, raw: RawValue = NO_INPUT) -> bool:
-        """`cancel` as an update: returns whether a schedule was live (S5)."""
-        return self._kernel.update(self._apply_cancel, raw)
-
-    @cancel_update.validator
-    def validate_cancel(self, raw: RawValue = NO_INPUT) -> None:
-        """Reject a malformed `cancel` before anything is recorded."""
-        self._kernel.validate(self._core.check_open, "cancel")
-        self._kernel.validate(parse_cancel, raw)
-
-    # --- configure: the start settings changed in place (docs/contract.md 2.2) ---
-
-    def _apply_configure(self, raw: Any) -> dict[str, Any]:
-        """Decide under the settings `raw` leaves from now on: runs, deliveries, redeliveries
-        and lifecycle calls started after this take them, those going keep theirs; the next
-        run of the workflow (continue-as-new) starts with them. It wakes the main loop (a
-        higher `max_concurrent_runs` starts queued runs at once). Its validation reads only
-        the settings, which only `configure` changes, so the validator's answer is the same
-        whatever completion a cold worker applies in the same activation."""
-        self._check_open("configure")
-        settings = parse_configure(raw, self._settings)
-        dst_changed = settings.dst_policy != self._settings.dst_policy
-        self._settings = settings
-        self._core.use_settings(settings)
-        self._core.configure_bounds(settings, raw, now_ms())  # raw: the fields it set
-        if dst_changed:  # the next tick as the new policy finds it, from now
-            now = now_ms()
-            self._core.revise_next_at(
-                lambda expression, _: self._core.bounded_next(expression, now)
-            )
+    def apply_configure(self, fields: Any) -> dict[str, Any]:
+        """Runs, deliveries, redeliveries and lifecycle calls started from now on take the
+        new settings, those going keep theirs; the next continue-as-new carries them."""
+        self._settings = settings = parse_configure(fields, self._settings)
+        self._core.configure(settings, fields, now_ms())
         for part in (self._lifecycle, self._deliveries, self._redeliveries, self._runs):
             part.use_settings(settings)
-        self._kernel.wake()
         return settings_of(settings)
 
-    @workflow.signal(name="configure")
-    def configure_signal(self, raw: RawValue = NO_INPUT) -> None:
-        """`configure` as a signal: a bad payload is logged, counted and dropped."""
-        self._kernel.signal("configure", self._apply_configure, raw)
+    def apply_pause(self, request: PauseRequest) -> bool:
+        return self._core.pause(request.note)
 
-    @workflow.update(name="configure")
-    def configure_update(self, raw: RawValue = NO_INPUT) -> dict[str, Any]:
-        """`configure` as an update: returns the settings now in effect."""
-        return self._kernel.update(self._apply_configure, raw)
+    def check_unpause(self, _: Any) -> None:
+        self._core.check_unpause(now_ms())
 
-    @configure_update.validator
-    def validate_configure(self, raw: RawValue = NO_INPUT) -> None:
-        """Reject an empty, unknown, fixed or out-of-bounds setting before anything is recorded."""
-        self._kernel.validate(self._core.check_open, "configure")
-        self._kernel.validate(parse_configure, raw, self._settings)
-
-    @workflow.signal(name=RUN_SETTLED_SIGNAL)
-    def run_settled(self, settled: RunSettled) -> None:
-        """A run stopped: free its slot and start the next queued run."""
-        self._runs.settled(settled)
-
-    @workflow.signal(name=RUN_ACKNOWLEDGED_SIGNAL)
-    def run_acknowledged(self, acknowledged: RunAcknowledged) -> None:
-        """A handed-over run's outcome was delivered (or dead-lettered): forget the run."""
-        self._runs.ended(
-            acknowledged.scheduled_time, acknowledged.outcome, acknowledged.dead_letter_error
-        )
-
-    # --- pause, trigger, backfill, dead letters (beyond the rules S1-S14: docs/contract.md) ---
-
-    @workflow.update(name="pause")
-    def pause(self, raw: RawValue = NO_INPUT) -> bool:
-        """Stop ticks (runs already recorded go on), with an optional `note` saying why;
-        returns whether it was running."""
-        self._kernel.wake()
-        return self._kernel.update(lambda value: self._core.pause(parse_pause(value)), raw)
-
-    @pause.validator
-    def validate_pause(self, raw: RawValue = NO_INPUT) -> None:
-        """Reject a note that is not a string, or too long, before anything is recorded."""
-        self._kernel.validate(self._core.check_open, "pause")
-        self._kernel.validate(parse_pause, raw)
-
-    @workflow.signal(name="pause")
-    def pause_signal(self, raw: RawValue = NO_INPUT) -> None:
-        """`pause` as a signal (what a batch operation can send): a bad note is logged,
-        counted and dropped."""
-        self._kernel.wake()
-        self._kernel.signal("pause", self._pause_checked, raw)
-
-    def _pause_checked(self, raw: Any) -> bool:
-        self._check_open("pause")
-        return self._core.pause(parse_pause(raw))
-
-    @workflow.update(name="unpause")
-    def unpause(self, raw: RawValue = NO_INPUT) -> bool:
-        """Tick again from now; ticks missed while paused are skipped. Returns whether paused."""
-        self._kernel.wake()
-        self._day_rule.decide()
-        return self._kernel.update(self._core.unpause, now_ms())
-
-    @unpause.validator
-    def validate_unpause(self, raw: RawValue = NO_INPUT) -> None:
-        """Reject an unpause the schedule's `next_occurrence` fails on (S7) before anything is
-        recorded (the handler would leave it unpaused with a stale `next_at`). Validators do
-        not run on replay: a history that recorded such an update replays as it ran."""
-        self._kernel.admit(raw)
-        self._kernel.validate(self._core.check_open, "unpause")
-        self._kernel.validate(self._core.check_unpause, now_ms())
-
-    @workflow.signal(name="unpause")
-    def unpause_signal(self, raw: RawValue = NO_INPUT) -> None:
-        """`unpause` as a signal; the payload is not used, but one too large or unreadable is
-        dropped, and so is one the schedule's `next_occurrence` fails on (S7): counted, and
-        the schedule stays paused."""
-        self._kernel.wake()
-        self._day_rule.decide()
+    def apply_unpause(self, _: Any) -> bool:
         now = now_ms()
-        self._kernel.signal("unpause", lambda _: self._unpause_checked(now), raw)
-
-    def _unpause_checked(self, now: int) -> bool:
-        # Ask `next_occurrence` before anything changes: a refusal then leaves the schedule
-        # paused (`ScheduleCore.unpause` clears `paused` before it asks).
-        self._check_open("unpause")
-        self._core.check_unpause(now)
+        if not _in_update():
+            # A signal is dropped, the schedule left paused, when `next_occurrence` fails (S7):
+            # `ScheduleCore.unpause` clears `paused` before it asks.
+            self._core.check_unpause(now)
         return self._core.unpause(now)
 
-    @workflow.update(name="trigger")
-    def trigger(self, raw: RawValue = NO_INPUT) -> int:
-        """Record a run now, outside the expression; returns its scheduled_time."""
+    def check_trigger(self, _: Any) -> None:
+        self._core.check_live("trigger")
+        self._core.check_room(1, "trigger")
+
+    def apply_trigger(self, _: Any) -> int:
         now = now_ms()
-        # Each trigger its own run: one that falls on a time already held takes the next free
-        # millisecond (a history recorded before merged it into the run holding the time).
-        distinct = not self._core.trigger_merges(now) or workflow.patched(
-            DISTINCT_TRIGGER_TIMES_PATCH
-        )
-        run = self._kernel.update(self._core.trigger, now, distinct=distinct)
+        # Each trigger its own run (the patch is asked only where it changes the time).
+        merges = self._core.trigger_merges(now)
+        distinct = not merges or workflow.patched(DISTINCT_TRIGGER_TIMES_PATCH)
+        run = self._core.trigger(now, distinct=distinct)
         self._emit_recorded([run], now)
         return run.scheduled_time
 
-    @trigger.validator
-    def validate_trigger(self, raw: RawValue = NO_INPUT) -> None:
-        """Reject a trigger with no live schedule, or no room for its run."""
-        self._kernel.admit(raw)
-        self._kernel.validate(self._core.check_open, "trigger")
-        self._kernel.validate(self._core.check_live, "trigger")
-        self._kernel.validate(self._core.check_room, 1, "trigger")
+    def check_backfill(self, request: BackfillRequest) -> None:
+        self._core.check_backfill(request.start_at, request.end_at)
 
-    @workflow.update(name="backfill")
-    def backfill(self, raw: RawValue = NO_INPUT) -> list[int]:
-        """Record runs for the occurrences in a past range; returns their scheduled times."""
+    def apply_backfill(self, request: BackfillRequest) -> list[int]:
         now = now_ms()
-        self._day_rule.decide()
-        runs = self._kernel.update(
-            lambda value: self._core.backfill(*parse_backfill(value, now)), raw
-        )
+        runs = self._core.backfill(request.start_at, request.end_at)
         self._emit_recorded(runs, now)
         return [run.scheduled_time for run in runs]
 
-    @backfill.validator
-    def validate_backfill(self, raw: RawValue = NO_INPUT) -> None:
-        """Reject a malformed, future or too large range before anything is recorded."""
-        self._kernel.validate(self._core.check_open, "backfill")
-        self._kernel.validate(self._check_backfill, raw)
+    def check_redeliver(self, request: RedeliverRequest) -> None:
+        self._core.redeliverable(request.idempotency_key)
 
-    def _check_backfill(self, raw: Any) -> None:
-        start_at, end_at = parse_backfill(raw, now_ms())
-        unrecorded = self._core.unrecorded_backfill_times(start_at, end_at)
-        self._core.check_room(len(unrecorded), "backfill")
-
-    def _emit_recorded(self, runs: list[Run], now: int) -> None:
-        queued = self._core.new_runs_wait()
-        for run in runs:
-            self._emit(run.scheduled_time, "due", now, queued=queued)
-        self._kernel.wake()
-
-    @workflow.update(name="redeliver")
-    def redeliver(self, raw: RawValue = NO_INPUT) -> bool:
-        """Deliver a dead-lettered outcome again, as it was, under the same retry policy;
-        returns at once (true); the letter leaves `dead_letters` once delivered."""
-        letter = self._kernel.update(
-            lambda value: self._core.begin_redelivery(parse_redeliver(value)), raw
-        )
-        self._redeliveries.start(letter)
+    def apply_redeliver(self, request: RedeliverRequest) -> bool:
+        self._redeliveries.start(self._core.begin_redelivery(request.idempotency_key))
         return True
 
-    @redeliver.validator
-    def validate_redeliver(self, raw: RawValue = NO_INPUT) -> None:
-        """Reject a key with no dead letter, or one being redelivered."""
-        self._kernel.validate(self._core.check_open, "redeliver")
-        self._kernel.validate(lambda value: self._core.redeliverable(parse_redeliver(value)), raw)
+    def apply_run_settled(self, finished: RunSettled) -> None:
+        self._runs.finished(finished.scheduled_time, finished.outcome)
 
-    def _redelivered(self, letter: DeadLetter) -> None:
-        # The letter left the list (or may be redelivered again): a `redeliver` validator
-        # decides on it, so this completion's task sends a command. See workflows.kernel.
-        self._send_progress(redelivered=letter.scheduled_time)
+    def apply_run_acknowledged(self, acknowledged: RunAcknowledged) -> None:
+        self._runs.acknowledged(
+            acknowledged.scheduled_time, acknowledged.outcome, acknowledged.dead_letter_error
+        )
 
-    # --- queries ---
-
-    @workflow.query(name="get")
-    def get(self) -> dict[str, Any] | None:
-        """The live schedule, or None."""
+    def query_get(self) -> dict[str, Any] | None:
         return self._core.get()
 
-    @workflow.query(name="describe")
-    def describe(self, raw: RawValue = NO_INPUT) -> dict[str, Any]:
-        """The live schedule, `paused`, the last runs that ended, the next fire times and the
-        counters; `{"runs": n, "next": n}` sizes the lists."""
-        with rejected_as(InvalidRequest):
-            query = parse_describe(read_message("describe query argument", raw))
+    def query_describe(self, query: DescribeQuery) -> dict[str, Any]:
         return self._core.describe(query)
 
-    @workflow.query(name="runs")
-    def runs(self) -> list[dict[str, Any]]:
-        """Every run not yet acknowledged."""
+    def query_runs(self) -> list[dict[str, Any]]:
         return self._core.runs()
 
-    @workflow.query(name="paused")
-    def paused(self) -> bool:
-        """Whether ticks are paused."""
+    def query_paused(self) -> bool:
         return self._core.state.paused
 
-    @workflow.query(name="pause_note")
-    def pause_note(self) -> str | None:
-        """Why the schedule is paused (`pause`'s note, or the failed run that paused it under
-        `pause_on_failure`), or None."""
+    def query_pause_note(self) -> str | None:
         return self._core.state.pause_note
 
-    @workflow.query(name="skipped_ticks")
-    def skipped_ticks(self) -> int:
-        """Ticks skipped: queue full, overlap policy, state budget or catchup window."""
+    def query_skipped_ticks(self) -> int:
         return self._core.state.skipped_ticks
 
-    @workflow.query(name="dead_letters")
-    def dead_letters(self) -> list[dict[str, Any]]:
-        """Outcomes whose delivery was given up, oldest first."""
+    def query_dead_letters(self) -> list[dict[str, Any]]:
         return [letter.wire() for letter in self._core.state.dead_letters]
 
-    @workflow.query(name="settings")
-    def settings(self) -> dict[str, Any]:
-        """The start settings in effect (as changed by `configure`)."""
+    def query_settings(self) -> dict[str, Any]:
         return settings_of(self._settings)
 
-    @workflow.query(name="dropped_signals")
-    def dropped_signals(self) -> int:
-        """How many malformed signals were dropped."""
+    def query_dropped_signals(self) -> int:
         return self._core.state.dropped_signals
+
+
+def _in_update() -> bool:
+    """Whether the running handler is an update's (not a signal's)."""
+    return workflow.current_update_info() is not None

@@ -1,5 +1,5 @@
 """Outcome deliveries made by the schedule itself: every run's outcome once its `ScheduledRun`
-ended as the run stopped (`Deliveries`), and a dead-lettered outcome again (the `redeliver`
+ended as the run finished (`Deliveries`), and a dead-lettered outcome again (the `redeliver`
 update, `Redeliveries`).
 
 A run's delivery is the outcome activity under `outcome_retries` (S11): its attempt is the
@@ -19,7 +19,6 @@ delivered too).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
@@ -27,14 +26,18 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from workflows.kernel import ShellKernel, now_ms
     from workflows.schedule.core import DeadLetter, Run, ScheduleCore, attempts_begun
-    from workflows.schedule.models import Outcome, ScheduledRunObject, ScheduleInput
-    from workflows.schedule.run import (
-        SCHEDULE_DELIVERS_PATCH,
-        Interrupted,
-        deliver_outcome,
-        deliver_until,
+    from workflows.schedule.lifecycle import Lifecycle
+    from workflows.schedule.models import (
+        Outcome,
+        ScheduledRunObject,
+        ScheduleInput,
+        idempotency_key,
+        lifecycle_event,
     )
+    from workflows.schedule.outcome import Interrupted, deliver_outcome, deliver_until
 
+# The schedule, not the run's child, delivers the outcome of a run it starts from now on.
+SCHEDULE_DELIVERS_PATCH = "schedule-delivers-outcomes"
 # Recorded when a run starts again the redeliveries its predecessor left going.
 RESUME_REDELIVERIES_PATCH = "resume-carried-redeliveries"
 # Outcome activities a schedule has going at once for its runs (Temporal allows 2,000 pending
@@ -42,42 +45,41 @@ RESUME_REDELIVERIES_PATCH = "resume-carried-redeliveries"
 MAX_DELIVERIES_IN_FLIGHT = 500
 
 
+def send_progress(kernel: ShellKernel, core: ScheduleCore, **extra: int) -> None:
+    """The progress barrier (`ShellKernel.progress`) with the schedule's status: call in the
+    activation that applied a completion which changes a later decision."""
+    kernel.progress({"running": core.running_count(), "queued": core.queued_count(), **extra})
+
+
 class Deliveries:
     """The run outcomes this run of the schedule is delivering: tasks of the kernel's group
-    `TASKS`, keyed by scheduled_time. `emit(scheduled_time, type, **fields)` emits a
-    lifecycle event; `send_progress` is the shell's progress barrier."""
+    `TASKS`, keyed by scheduled_time; a delivery's `dead_lettered` goes to `lifecycle`."""
 
     TASKS = "delivery"
 
     def __init__(
-        self,
-        settings: ScheduleInput,
-        core: ScheduleCore,
-        kernel: ShellKernel,
-        emit: Callable[..., None],
-        send_progress: Callable[..., None],
+        self, settings: ScheduleInput, core: ScheduleCore, kernel: ShellKernel, lifecycle: Lifecycle
     ) -> None:
         self._settings = settings
         self._object_id = settings.object_id or ""
         self._core = core
         self._kernel = kernel
-        self._emit = emit
-        self._send_progress = send_progress
+        self._lifecycle = lifecycle
 
     def use_settings(self, settings: ScheduleInput) -> None:
         """Deliveries started from now on use `settings` (`configure`); those going keep
         the settings they started with."""
         self._settings = settings
 
-    def stopped(self, scheduled_time: int, outcome: Outcome) -> None:
-        """A run's child ended as its run stopped: free its slot, deliver its outcome. The
+    def finished(self, scheduled_time: int, outcome: Outcome) -> None:
+        """A run's child ended as its run finished: free its slot, deliver its outcome. The
         delivery's ScheduleActivityTask is this task's command; with none, the barrier."""
         if self._core.stopped(scheduled_time, outcome, now_ms()):
             self._kernel.wake()  # a queued run can take the freed slot, or the run paused it
         # The delivery (or the barrier) is this task's command: an update in the next task
         # decides on what this completion changed (the freed slot, a pause on failure).
         if not self.pump():
-            self._send_progress(stopped=scheduled_time)
+            send_progress(self._kernel, self._core, stopped=scheduled_time)
 
     def resume(self) -> None:
         """First in a run of the schedule: deliver the outcomes the previous run carried."""
@@ -118,7 +120,9 @@ class Deliveries:
         left = run.delivery_attempts_left
 
         def emit(event_type: str, **fields: Any) -> None:
-            self._emit(scheduled_time, event_type, **fields)
+            key = idempotency_key(self._object_id, scheduled_time)
+            event = lifecycle_event(event_type, key, scheduled_time, now_ms(), **fields)
+            self._lifecycle.emit(event)
 
         result = await deliver_until(
             settings, run_object, run.outcome(), emit, self._core.deliveries_stopped, left
@@ -140,7 +144,7 @@ class Deliveries:
         self._core.delivered(scheduled_time, run_object.idempotency_key, result)
         # The run left `runs` (and maybe became a dead letter): decision state.
         if not self.pump(ending=scheduled_time):
-            self._send_progress(delivered=scheduled_time)
+            send_progress(self._kernel, self._core, delivered=scheduled_time)
 
 
 class Redeliveries:
@@ -154,12 +158,10 @@ class Redeliveries:
         settings: ScheduleInput,
         core: ScheduleCore,
         kernel: ShellKernel,
-        redelivered: Callable[[DeadLetter], None],
     ) -> None:
         self._settings = settings
         self._core = core
         self._kernel = kernel
-        self._redelivered = redelivered
 
     def use_settings(self, settings: ScheduleInput) -> None:
         """Redeliveries started from now on use `settings` (`configure`)."""
@@ -186,4 +188,6 @@ class Redeliveries:
         )
         error = await deliver_outcome(self._settings, run, letter.outcome)
         self._core.redelivered(letter.idempotency_key, error)
-        self._redelivered(letter)
+        # The letter left the list (or may be redelivered again): a `redeliver` validator
+        # decides on it, so this completion's task sends a command. See workflows.kernel.
+        send_progress(self._kernel, self._core, redelivered=letter.scheduled_time)
