@@ -52,6 +52,10 @@ class Message:
     wakes: bool = False
     # Whether it wakes the main loop first, before its payload is read: applied or refused.
     wakes_first: bool = False
+    # The core's method that applies it (a query: answers it) with the payload read as its
+    # model (a query that takes none: with nothing), when the shell has no `apply_<name>`
+    # (`query_<name>`) of its own: then the message is its entry and that core method.
+    core_method: str = ""
     # Sent by the product's own workflows, never by a user: no client method, no CLI command.
     internal: bool = False
     # A query that takes an argument (a query that takes none keeps a handler without one).

@@ -15,6 +15,9 @@ whose defaults are in `CatalogShell`:
   `apply_<name>(payload)` (awaited when that is a coroutine function);
 - a query: `query_<name>(payload)`, or `query_<name>()` for one that takes no argument.
 
+A message whose entry names a `core_method` and that has no `apply_<name>` (`query_<name>`)
+in the shell is applied (answered) by that method of the shell's `_core`.
+
 In these method names a dotted wire name (`durability.run_settled`) is its last part.
 
 Two hooks, no-ops by default, let a shell keep what it did before its catalog: `_first`, in
@@ -52,6 +55,7 @@ class CatalogShell:
     """The default dispatch of a shell's catalog handlers (see the module)."""
 
     _kernel: ShellKernel
+    _core: Any
 
     def _parse(self, message: Message, value: Any) -> Any:
         """The payload read as the message's model (a shell passes its own context here)."""
@@ -74,8 +78,16 @@ class CatalogShell:
         self._first(message)
 
     def _apply_of(self, message: Message) -> Callable[[Any], Any]:
-        apply: Callable[[Any], Any] = getattr(self, method_name("apply", message))
-        return apply
+        return self._handling(message, "apply")
+
+    def _handling(self, message: Message, prefix: str) -> Callable[..., Any]:
+        """The shell's `<prefix>_<name>`, or else the core's `core_method`."""
+        name = method_name(prefix, message)
+        if message.core_method and not hasattr(self, name):
+            core_method: Callable[..., Any] = getattr(self._core, message.core_method)
+            return core_method
+        method: Callable[..., Any] = getattr(self, name)
+        return method
 
     def _on_signal(self, message: Message, raw: Any) -> None:
         self._begin(message)
@@ -104,7 +116,7 @@ class CatalogShell:
         return result
 
     def _on_query(self, message: Message, raw: Any) -> Any:
-        answer = getattr(self, method_name("query", message))
+        answer = self._handling(message, "query")
         if not message.query_takes_payload:
             return answer()
         with rejected_as(InvalidRequest):

@@ -228,9 +228,9 @@ def test_a_higher_max_concurrent_runs_starts_queued_runs_and_a_lower_one_stops_n
     core.use_settings(ScheduleInput(max_concurrent_runs=1))
     assert core.running_count() == 3 and core.take_startable() == []
     for time in (1, 2):
-        core.settle(time, Outcome(status="complete"))
+        core.finish(time, Outcome(status="complete"))
     assert core.take_startable() == []  # 1 running: still not below 1
-    core.settle(3, Outcome(status="complete"))
+    core.finish(3, Outcome(status="complete"))
     assert len(core.take_startable()) == 1
 
 
@@ -250,7 +250,7 @@ def test_a_lower_max_dead_letters_drops_the_oldest_and_counts_them() -> None:
     core = core_with(4, max_concurrent_runs=4, max_dead_letters=10)
     error = RunError(name="Unavailable", message="down")
     for run in core.take_startable():
-        core.stopped(run.scheduled_time, Outcome(status="complete"))
+        core.finished_to_deliver(run.scheduled_time, Outcome(status="complete"))
         core.delivered(run.scheduled_time, f"k:{run.scheduled_time}", error)
     assert len(core.state.dead_letters) == 4 and core.state.dead_letters_dropped == 0
     core.use_settings(ScheduleInput(max_dead_letters=1))

@@ -26,7 +26,8 @@ from tests.support.helpers import eventually, production_replayer, schedule_work
 from workflows import SANDBOXED
 from workflows.kernel import NO_INPUT
 from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron
-from workflows.schedule.day_rule import CRONTAB_READING_PATCH, SET_RULES_PATCH, DayRule
+from workflows.schedule.day_rule import DayRule
+from workflows.schedule.patches import CRONTAB_READING_PATCH, SET_RULES_PATCH
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
 

@@ -42,7 +42,8 @@ from tests.support.helpers import (
 from workflows import SANDBOXED
 from workflows.kernel import NO_INPUT
 from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron
-from workflows.schedule.day_rule import CLASSIC_DAY_RULE_PATCH, DayRule
+from workflows.schedule.day_rule import DayRule
+from workflows.schedule.patches import CLASSIC_DAY_RULE_PATCH
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
 

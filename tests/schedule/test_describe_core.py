@@ -120,9 +120,9 @@ class DescribeMachine(RuleBasedStateMachine):
         scheduled_time = data.draw(st.sampled_from(self._runs(RunStatus.RUNNING)))
         outcome = COMPLETE if ok else ERRORED
         if how == "signal":
-            self.core.settle(scheduled_time, outcome, self.now)
+            self.core.finish(scheduled_time, outcome, self.now)
         else:
-            self.core.stopped(scheduled_time, outcome, self.now)
+            self.core.finished_to_deliver(scheduled_time, outcome, self.now)
         self._ended(scheduled_time, outcome)
 
     @precondition(lambda self: bool(self.core.awaiting_delivery()))
@@ -159,7 +159,7 @@ class DescribeMachine(RuleBasedStateMachine):
         was_running = run.state == RunStatus.RUNNING
         sent: Outcome | None = None if report == "acknowledged" else outcome
         dead = RunError(name="Down", message="no") if report == "dead_lettered" else None
-        self.core.run_ended(
+        self.core.acknowledged(
             scheduled_time,
             f"o:{scheduled_time}",
             sent,
@@ -301,7 +301,7 @@ def test_a_recent_run_keeps_its_times_and_a_cut_error() -> None:
     core.set(SetRequest(expression="every:100", version=1, jitter_ms=5), 0, no_pick)
     core.tick(105)
     core.take_startable(110)
-    core.stopped(100, ERRORED, 150)
+    core.finished_to_deliver(100, ERRORED, 150)
     [entry] = core.recent_runs()
     assert entry == {
         "scheduled_time": 100,
@@ -352,7 +352,7 @@ def test_the_ui_details_show_the_last_runs_and_next_times_bounded() -> None:
     for n in range(1, RECENT_RUNS_KEPT + 3):
         core.tick(n * 100)
         core.take_startable(n * 100)
-        core.stopped(n * 100, ERRORED if n % 2 else COMPLETE, n * 100 + 50)
+        core.finished_to_deliver(n * 100, ERRORED if n % 2 else COMPLETE, n * 100 + 50)
         core.delivered(n * 100, f"o:{n}", None)
     shown = details(core.state, core.next_wake_at(), core.next_fire_times(MAX_NEXT_FIRE_TIMES))
     lines = shown.splitlines()
@@ -382,7 +382,7 @@ def test_the_ring_and_counters_take_at_most_24_kib_of_the_state_budget() -> None
     for n in range(1, RECENT_RUNS_KEPT * 2):
         core.tick(largest - 10**6 + n)
         [run] = core.take_startable(largest - 10**6 + n)
-        core.stopped(run.scheduled_time, worst, largest)
+        core.finished_to_deliver(run.scheduled_time, worst, largest)
         core.delivered(run.scheduled_time, "o", RunError(name="x", message="y"))
     counters = core.counters
     for name in type(counters).model_fields:

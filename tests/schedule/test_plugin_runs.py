@@ -29,7 +29,7 @@ from tests.support.fleet import WorkerFleet
 from tests.support.helpers import cache_options, eventually, record_history, schedule_worker
 from tests.support.recorder import Recorder
 from workflows.schedule.models import PLUGIN_RUN_STOP_ALLOWANCE_MS
-from workflows.schedule.run import RUN_PATHS_PATCH
+from workflows.schedule.patches import RUN_PATHS_PATCH
 
 YEARLY = "@yearly"  # a live schedule that does not tick during a test: runs come by trigger
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED

@@ -130,7 +130,7 @@ def test_ticks_record_at_most_remaining_runs_and_only_recorded_runs_count_down(
         # Runs end now and then, so some ticks find room and some do not.
         if advance % 3 == 0:
             for run in core.take_startable():
-                core.run_ended(run.scheduled_time, "k", Outcome(status="complete"))
+                core.acknowledged(run.scheduled_time, "k", Outcome(status="complete"))
         assert core.state.remaining_runs == remaining - recorded
     assert recorded <= remaining
     assert core.state.skipped_ticks == skipped
@@ -296,7 +296,9 @@ def test_an_errored_run_pauses_the_schedule_with_a_note_naming_it_and_unpause_cl
     run = core.tick(1_000)
     assert isinstance(run, Run)
     core.take_startable()
-    assert core.stopped(1_000, errored("BoomError", "the bank said no"))  # the loop must wake
+    assert core.finished_to_deliver(
+        1_000, errored("BoomError", "the bank said no")
+    )  # the loop must wake
     assert core.state.paused
     assert core.state.pause_note == (
         "paused on failure: run acct:1000 errored: BoomError: the bank said no"
@@ -314,11 +316,11 @@ def test_every_way_a_run_reports_an_error_pauses_and_a_complete_one_does_not(pat
         core.tick(1_000)
         core.take_startable()
         if path == "settle":
-            core.settle(1_000, outcome)
+            core.finish(1_000, outcome)
         elif path == "run_ended":
-            assert core.run_ended(1_000, "acct:1000", outcome) is pauses
+            assert core.acknowledged(1_000, "acct:1000", outcome) is pauses
         else:
-            assert core.stopped(1_000, outcome) is pauses
+            assert core.finished_to_deliver(1_000, outcome) is pauses
         assert core.state.paused is pauses
 
 
@@ -327,7 +329,7 @@ def test_without_pause_on_failure_an_error_does_not_pause() -> None:
     set_every(core, 1_000, 0)
     core.tick(1_000)
     core.take_startable()
-    assert not core.stopped(1_000, errored())
+    assert not core.finished_to_deliver(1_000, errored())
     assert not core.state.paused and core.state.pause_note is None
 
 
@@ -337,7 +339,7 @@ def test_a_failure_while_paused_keeps_the_pause_and_its_note() -> None:
     core.tick(1_000)
     core.take_startable()
     assert core.pause("maintenance until 14:00")
-    core.stopped(1_000, errored())
+    core.finished_to_deliver(1_000, errored())
     assert core.state.pause_note == "maintenance until 14:00"
 
 

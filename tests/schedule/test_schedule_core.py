@@ -175,7 +175,7 @@ class ScheduleMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.core.running_count() > 0)
     @rule(data=st.data(), ok=st.booleans())
-    def settle(self, data: st.DataObject, ok: bool) -> None:
+    def finish(self, data: st.DataObject, ok: bool) -> None:
         running = [r for r in self.core.state.runs.values() if r.state == RunStatus.RUNNING]
         run = data.draw(st.sampled_from(running))
         outcome = (
@@ -185,8 +185,8 @@ class ScheduleMachine(RuleBasedStateMachine):
                 {"status": "errored", "error": {"name": "Boom", "message": "x"}}
             )
         )
-        assert self.core.settle(run.scheduled_time, outcome)
-        assert not self.core.settle(run.scheduled_time, outcome)  # settles once
+        assert self.core.finish(run.scheduled_time, outcome)
+        assert not self.core.finish(run.scheduled_time, outcome)  # settles once
 
     @precondition(lambda self: bool(self.core.state.runs))
     @rule(data=st.data())
@@ -415,7 +415,7 @@ def test_max_queued_runs_zero_skips_a_tick_only_while_every_slot_is_busy() -> No
     assert isinstance(run, Run)
     assert core.take_startable() == [run]
     assert core.tick(2000) == Skipped(2000, 2000, SkipReason.QUEUE_FULL)
-    core.settle(1000, Outcome(status="complete"))
+    core.finish(1000, Outcome(status="complete"))
     core.forget(1000)
     assert isinstance(core.tick(3000), Run)
 
@@ -498,23 +498,23 @@ def test_a_run_end_frees_its_slot_for_a_queued_run_once_and_keeps_its_dead_lette
     error = RunError(name="Unavailable", message="receiver down")
     failed = Outcome(status="errored", error=error)
     # By completion: settles the run, keeps the dead letter, forgets it; a run waits.
-    assert core.run_ended(10, "o:10", failed, error) is True
+    assert core.acknowledged(10, "o:10", failed, error) is True
     assert 10 not in core.state.runs
     assert [(d.idempotency_key, d.outcome, d.error) for d in core.state.dead_letters] == [
         ("o:10", failed, error)
     ]
     assert core.take_startable() == [second]
     # Its end was signalled first (`run_settled`): the completion frees nothing more.
-    assert core.settle(20, Outcome(status="complete")) is True
-    assert core.run_ended(20, "o:20", Outcome(status="complete")) is False
+    assert core.finish(20, Outcome(status="complete")) is True
+    assert core.acknowledged(20, "o:20", Outcome(status="complete")) is False
     # By the `run_acknowledged` signal (no outcome): frees the slot it still held.
     third, fourth = core.trigger(30), core.trigger(40)
     assert core.take_startable() == [third]
-    assert core.run_ended(30, "o:30", None) is True
+    assert core.acknowledged(30, "o:30", None) is True
     assert core.take_startable() == [fourth]
     # Nothing queued: a slot is freed, but no run can take it.
-    assert core.run_ended(40, "o:40", None) is False
-    assert core.run_ended(99, "o:99", None) is False  # unknown run
+    assert core.acknowledged(40, "o:40", None) is False
+    assert core.acknowledged(99, "o:99", None) is False  # unknown run
     assert core.state.runs == {} and len(core.state.dead_letters) == 1
 
 
@@ -537,7 +537,7 @@ def test_a_stopped_run_frees_its_slot_and_waits_for_the_schedule_to_deliver() ->
     core.take_startable()
     core.trigger(20)  # queued behind 10
     failed = Outcome(status="errored", error=RunError(name="Boom", message="no"))
-    assert core.stopped(10, failed) is True  # the queued run can take the slot
+    assert core.finished_to_deliver(10, failed) is True  # the queued run can take the slot
     assert [run["state"] for run in core.runs()] == ["errored", "queued"]
     assert [run.scheduled_time for run in core.take_startable()] == [20]
     assert [run.scheduled_time for run in core.awaiting_delivery()] == [10]
@@ -551,7 +551,7 @@ def test_a_stopped_run_frees_its_slot_and_waits_for_the_schedule_to_deliver() ->
     core.delivered(10, "o:10", RunError(name="Unavailable", message="down"))
     assert [letter.outcome for letter in core.state.dead_letters] == [failed]
     assert [run["scheduled_time"] for run in core.runs()] == [20]
-    assert core.stopped(20, Outcome(status="complete")) is False  # nothing queued
+    assert core.finished_to_deliver(20, Outcome(status="complete")) is False  # nothing queued
     core.delivered(20, "o:20", None)
     assert core.runs() == [] and len(core.state.dead_letters) == 1
 

@@ -31,7 +31,7 @@ def core_with_owed(owed: int, max_concurrent_runs: int = 5) -> ScheduleCore:
     for index in range(owed):
         run = core.trigger(2_000 + index)
         core.take_startable(2_000 + index)
-        core.stopped(run.scheduled_time, Outcome(status="complete"), 3_000)
+        core.finished_to_deliver(run.scheduled_time, Outcome(status="complete"), 3_000)
     return core
 
 
@@ -122,6 +122,6 @@ def test_each_trigger_records_its_own_run_at_a_time_no_run_or_tick_holds(
             assert run.scheduled_time != tick_at
             answered.append(run.scheduled_time)
         for run in core.take_startable(now):
-            core.stopped(run.scheduled_time, Outcome(status="complete"), now)
+            core.finished_to_deliver(run.scheduled_time, Outcome(status="complete"), now)
             core.delivered(run.scheduled_time, "k", None)
     assert len(set(answered)) == len(answered)

@@ -31,7 +31,6 @@ from workflows.schedule.core import (
     InvalidRequest,
     ScheduleCore,
     ScheduleState,
-    parse_configure,
 )
 from workflows.schedule.messages import read_payload
 from workflows.schedule.models import (
@@ -299,8 +298,7 @@ class ScheduleSimulation:
             core.check_backfill(backfill.start_at, backfill.end_at)
             core.backfill(backfill.start_at, backfill.end_at)
         elif name == "configure":
-            self.settings = parse_configure(raw, self.settings)
-            core.configure(self.settings, raw, now)
+            self.settings = core.configure(raw, now)
         elif name == "redeliver":
             letter = core.begin_redelivery(read_payload("redeliver", raw).idempotency_key)
             self.redeliveries[letter.idempotency_key] = letter.scheduled_time
@@ -346,9 +344,9 @@ class ScheduleSimulation:
             del self.children[scheduled_time]
             if terminated:  # `report_of`: it never reports, its outcome undelivered
                 key = idempotency_key(OBJECT_ID, scheduled_time)
-                self.core.run_ended(scheduled_time, key, outcome, None, delivered=False)
+                self.core.acknowledged(scheduled_time, key, outcome, None, delivered=False)
                 return
-            self.core.stopped(scheduled_time, outcome, self.now)
+            self.core.finished_to_deliver(scheduled_time, outcome, self.now)
             self.history_owed.add(scheduled_time)
             self.pump()
             self.step()
@@ -361,14 +359,14 @@ class ScheduleSimulation:
         key = idempotency_key(OBJECT_ID, scheduled_time)
         if child.settled is None:
             child.settled = outcome
-            self.core.settled_by_signal(scheduled_time, outcome, self.now)
+            self.core.finished_by_signal(scheduled_time, outcome, self.now)
         else:
             del self.children[scheduled_time]
             if self.rng.random() < 0.3:
                 error = RunError(name="Refused", message="gave up")
-                self.core.run_ended(scheduled_time, key, child.settled, error)
+                self.core.acknowledged(scheduled_time, key, child.settled, error)
             else:
-                self.core.run_ended(scheduled_time, key, None)
+                self.core.acknowledged(scheduled_time, key, None)
         self.step()
 
     def end_delivery(self) -> None:

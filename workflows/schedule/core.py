@@ -96,12 +96,12 @@ class Run(BaseModel):
     # The delivery's attempts left once a continue-as-new interrupted it (None: all of
     # `outcome_retries.max_attempts`); see `attempts_begun`.
     delivery_attempts_left: int | None = None
-    # When its child was started (None: queued, or recorded by a build before 0.1.1's
-    # `describe`); shown by `describe`, not by the `runs` query.
+    # When its child was started (None: queued, or carried in state that did not keep it);
+    # shown by `describe`, not by the `runs` query.
     started_at: int | None = None
 
     def outcome(self) -> Outcome:
-        """The outcome a settled run stopped with."""
+        """The outcome a finished run finished with."""
         status = "complete" if self.state == RunStatus.COMPLETE else "errored"
         return Outcome(status=status, error=self.error)
 
@@ -161,7 +161,8 @@ class RecentRun(BaseModel):
 
 
 class ScheduleCounters(BaseModel):
-    """What happened since the schedule's first run on a build with `describe` (0.1.1)."""
+    """What happened to the schedule's runs and ticks, counted as they happen (state carried
+    without counters starts them with `carried_from`)."""
 
     runs_started: int = 0
     runs_completed: int = 0
@@ -174,8 +175,8 @@ class ScheduleCounters(BaseModel):
 
     @classmethod
     def carried_from(cls, state: ScheduleState) -> ScheduleCounters:
-        """Counters for state carried from a build without them: what that state knows (its
-        dead letters, kept and dropped); the rest counts from now."""
+        """Counters for carried state that has none: what that state knows (its dead letters,
+        kept and dropped); the rest counts from now."""
         return cls(outcomes_dead_lettered=len(state.dead_letters) + state.dead_letters_dropped)
 
 
@@ -201,7 +202,7 @@ class ScheduleState(BaseModel):
     pause_note: str | None = None
     # The last RECENT_RUNS_KEPT runs that ended, oldest first (`describe`).
     recent_runs: list[RecentRun] = Field(default_factory=list)
-    # None only in state carried from a build before `describe` (see `ScheduleCore`).
+    # None only in carried state without counters (`ScheduleCore` starts them).
     counters: ScheduleCounters | None = None
     # The scheduled_time of the last run `trigger` recorded: the next takes a later one, so a
     # trigger never falls on a time whose run already ran (and so could not run again).
@@ -238,7 +239,7 @@ class Start:
     # A setting only a lax reading accepts (see `workflows.validation`), None when none.
     coerced: str | None = None
     # Why the ID is refused by its characters (empty, blank, spaces around it, control
-    # characters), for a run started afresh; runs recorded before keep it.
+    # characters), for a run started afresh (a history without the marker keeps its ID).
     bad_id: str | None = None
 
 
@@ -363,6 +364,7 @@ class ScheduleCore:
         until the running are below it), a lower `max_queued_runs` keeps the queued runs (new
         ticks are skipped while the queue is at it); past a lower `max_dead_letters` the
         oldest letters are dropped and counted."""
+        self.settings = settings
         self.max_concurrent_runs = settings.max_concurrent_runs
         overlap = settings.overlap
         max_queued_runs, max_dead_letters = settings.max_queued_runs, settings.max_dead_letters
@@ -401,15 +403,22 @@ class ScheduleCore:
             return None
         return next_at
 
-    def configure(self, settings: ScheduleInput, changed: Collection[str], now_ms: int) -> None:
-        """`configure` set the fields `changed`, leaving `settings`: decide under them from
-        now on (`use_settings`, `configure_bounds`); a new `dst_policy` moves the next tick to
-        where the new policy finds it, from now."""
+    def check_configure(self, fields: object) -> ScheduleInput:
+        """The settings a `configure` of `fields` (a partial start input) would leave;
+        InvalidRequest naming the field and the value when it cannot."""
+        return parse_configure(fields, self.settings)
+
+    def configure(self, fields: dict[str, Any], now_ms: int) -> ScheduleInput:
+        """`configure` `fields`: decide under the settings they leave from now on
+        (`use_settings`, `configure_bounds`); a new `dst_policy` moves the next tick to where
+        the new policy finds it, from now. Returns those settings."""
+        settings = self.check_configure(fields)
         dst_changed = settings.dst_policy != self.dst_policy
         self.use_settings(settings)
-        self.configure_bounds(settings, changed, now_ms)
+        self.configure_bounds(settings, fields, now_ms)
         if dst_changed:
             self.revise_next_at(lambda expression, _: self.bounded_next(expression, now_ms))
+        return settings
 
     def configure_bounds(
         self, settings: ScheduleInput, changed: Collection[str], now_ms: int
@@ -588,9 +597,9 @@ class ScheduleCore:
 
     def trigger(self, now_ms: int, *, distinct: bool = True) -> Run:
         """Record a run at `now_ms` outside the expression (paused or not); it queues like a
-        tick. Each trigger records its own run, at its own time (`trigger_time`); a history
-        recorded before that (`distinct` False) merges a trigger into a run already recorded
-        at `now_ms`.
+        tick. Each trigger records its own run, at its own time (`trigger_time`); with
+        `distinct` False (a history without its patch) a trigger merges into a run already
+        recorded at `now_ms`.
 
         Raises NoLiveSchedule when no schedule is live (there are no params to run with)."""
         stored = self.check_live("trigger")
@@ -761,9 +770,9 @@ class ScheduleCore:
             running_before + index + 1 >= self.max_concurrent_runs for index in range(len(started))
         ]
 
-    def settle(self, scheduled_time: int, outcome: Outcome, now_ms: int | None = None) -> bool:
-        """A running run stopped with `outcome` (at `now_ms`, when known); frees its slot and
-        enters `recent_runs`, its delivery pending. False if unknown or settled."""
+    def finish(self, scheduled_time: int, outcome: Outcome, now_ms: int | None = None) -> bool:
+        """A running run finished with `outcome` (at `now_ms`, when known): its slot is freed
+        and it enters `recent_runs`, its delivery pending. False if unknown or finished."""
         run = self.state.runs.get(scheduled_time)
         if run is None or run.state in (RunStatus.COMPLETE, RunStatus.ERRORED):
             return False
@@ -778,13 +787,13 @@ class ScheduleCore:
             self.pause(failure_note(idempotency_key(self.object_id, scheduled_time), run.error))
         return True
 
-    def settled_by_signal(self, scheduled_time: int, outcome: Outcome, now_ms: int) -> bool:
-        """The `run_settled` signal: `settle`, and return whether the main loop must decide
+    def finished_by_signal(self, scheduled_time: int, outcome: Outcome, now_ms: int) -> bool:
+        """The `run_settled` signal: `finish`, and return whether the main loop must decide
         again: only when a queued run can take the freed slot or the run's failure paused the
         schedule (every wake-up cancels and restarts the tick timer: two more events)."""
         was_paused = self.state.paused
-        settled = self.settle(scheduled_time, outcome, now_ms)
-        return settled and (self.queued_count() > 0 or self.state.paused != was_paused)
+        finished = self.finish(scheduled_time, outcome, now_ms)
+        return finished and (self.queued_count() > 0 or self.state.paused != was_paused)
 
     def new_runs_wait(self) -> bool:
         """Whether a run recorded now waits for a slot (its `due` event says `queued`)."""
@@ -911,15 +920,17 @@ class ScheduleCore:
 
     # --- outcomes the schedule delivers (S11) ---
 
-    def stopped(self, scheduled_time: int, outcome: Outcome, now_ms: int | None = None) -> bool:
-        """A run stopped with `outcome` and its child ended: its slot frees, and its outcome is
+    def finished_to_deliver(
+        self, scheduled_time: int, outcome: Outcome, now_ms: int | None = None
+    ) -> bool:
+        """A run finished with `outcome` and its child ended: its slot is freed, its outcome is
         the schedule's to deliver. Returns whether the main loop must decide again: a queued
         run can take the freed slot, or the run's failure paused the schedule."""
         run = self.state.runs.get(scheduled_time)
         if run is None:
             return False
         freed, was_paused = run.state == RunStatus.RUNNING, self.state.paused
-        self.settle(scheduled_time, outcome, now_ms)
+        self.finish(scheduled_time, outcome, now_ms)
         run.outcome_pending = True
         return (freed and self.queued_count() > 0) or self.state.paused != was_paused
 
@@ -947,7 +958,7 @@ class ScheduleCore:
     # --- closing (continue-as-new, or a cancellation request) ---
 
     def begin_continue_as_new(self) -> None:
-        """The run settles what it has going to continue as new: deliveries stop (a
+        """The run hands over what it has going to continue as new: deliveries stop (a
         cancellation already asked for keeps them going)."""
         if self.closing is None:
             self.closing = Closing.CONTINUE_AS_NEW
@@ -1058,7 +1069,7 @@ class ScheduleCore:
                 else:
                     letter.redelivering, letter.error = False, error
 
-    def run_ended(
+    def acknowledged(
         self,
         scheduled_time: int,
         idempotency_key: str,
@@ -1069,13 +1080,13 @@ class ScheduleCore:
         now_ms: int | None = None,
     ) -> bool:
         """A run reported its end and its outcome's delivery (by completing, or by the
-        `run_acknowledged` signal, whose `outcome` is None unless dead-lettered): settle it if
+        `run_acknowledged` signal, whose `outcome` is None unless dead-lettered): finish it if
         its end was not signalled, keep a dead letter, forget it. `delivered` is False for a
         run whose workflow ended without delivering (and without a dead letter). Returns
         whether this freed a slot that a queued run can take now, or the run's failure paused
         the schedule (either way the main loop must decide again)."""
         was_paused = self.state.paused
-        freed = outcome is not None and self.settle(scheduled_time, outcome, now_ms)
+        freed = outcome is not None and self.finish(scheduled_time, outcome, now_ms)
         run = self.state.runs.get(scheduled_time)
         freed = freed or (run is not None and run.state == RunStatus.RUNNING)
         if run is not None and run.state in (RunStatus.QUEUED, RunStatus.RUNNING):
@@ -1096,9 +1107,44 @@ class ScheduleCore:
         """The run's outcome was acknowledged or dead-lettered: drop it."""
         return self.state.runs.pop(scheduled_time, None) is not None
 
+    def next_run_input(self) -> dict[str, Any]:
+        """The start input of the next run of the schedule (continue-as-new): the settings in
+        effect and the carried state, as JSON."""
+        next_input = ScheduleWorkflowInput.model_validate(
+            {**self.settings.model_dump(), "carried": self.state}, context=CARRIED_CONTEXT
+        )
+        data: dict[str, Any] = next_input.model_dump(mode="json")
+        return data
+
+    # --- the queries' answers (with `get`, `describe` above)
+
     def runs(self) -> list[dict[str, Any]]:
-        """The `runs` query: every run not yet acknowledged, in scheduled_time order."""
+        """The `runs` query: every run not yet forgotten, in scheduled_time order."""
         return [self.state.runs[key].wire() for key in sorted(self.state.runs)]
+
+    def paused(self) -> bool:
+        """The `paused` query."""
+        return self.state.paused
+
+    def pause_note(self) -> str | None:
+        """The `pause_note` query."""
+        return self.state.pause_note
+
+    def skipped_ticks(self) -> int:
+        """The `skipped_ticks` query."""
+        return self.state.skipped_ticks
+
+    def dropped_signals(self) -> int:
+        """The `dropped_signals` query."""
+        return self.state.dropped_signals
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        """The `dead_letters` query: oldest first."""
+        return [letter.wire() for letter in self.state.dead_letters]
+
+    def settings_view(self) -> dict[str, Any]:
+        """The `settings` query: the start settings in effect (as changed by `configure`)."""
+        return settings_of(self.settings)
 
 
 def attempts_begun(retries: OutcomeRetries, timeout_ms: int, elapsed_ms: int, allowed: int) -> int:

@@ -17,8 +17,8 @@ the field's end. Days follow classic (Vixie) cron: when the day-of-month or the 
 field begins with ``*`` (``*``, ``*/2``), a day must match both fields; only when both are
 restricted (``0 0 1,15 * 5``: the 1st, the 15th and every Friday) does a day matching
 either fire. Day-of-week 0 and 7 are Sunday; months and days of the week also take their
-English three-letter names (``jan``, ``mon-fri``). croniter's reading, of builds before, is
-kept only to replay what they recorded (`next_occurrence`'s flags).
+English three-letter names (``jan``, ``mon-fri``). croniter's reading is kept only so that a
+history without the readings' patches replays (`next_occurrence`'s flags).
 
 Daylight saving follows cron's habit: on a spring-forward day the times inside the skipped
 hour fire once, right after the gap (at their second of the minute, with a seconds field),
@@ -154,8 +154,8 @@ def validate(expression: str) -> None:
 
 
 def _readable(expression: str) -> None:
-    """Raise ValueError unless some reading (crontab's, or croniter's for an expression an
-    older build stored) can compute times of `expression`."""
+    """Raise ValueError unless some reading (crontab's, or croniter's for an expression a
+    history without the patches stored) can compute times of `expression`."""
     try:
         validate(expression)
     except ValueError:
@@ -199,7 +199,7 @@ def _days(
 @functools.lru_cache(maxsize=256)
 def crontab_reading_matters(expression: str) -> bool:
     """Whether reading `expression` as crontab(5) does changes when it fires, compared with
-    the croniter reading of builds before: the values a field allows or how the day fields
+    the croniter reading (without the patch): the values a field allows or how the day fields
     combine differ, or croniter refused it. False for what crontab's reading refuses (it
     keeps croniter's reading) and for `@every`."""
     try:
@@ -264,7 +264,7 @@ def day_rule_matters(expression: str) -> bool:
 
 
 def _legacy_validate(expression: str) -> None:
-    """The check of builds before crontab's reading: croniter's."""
+    """croniter's check, for an expression read without crontab's reading."""
     if not isinstance(expression, str) or not expression.strip():
         raise ValueError(f"expression must be a non-empty string, got {expression!r}")
     _, body = _split_zone(expression)
@@ -284,11 +284,11 @@ def next_occurrence(
 ) -> int | None:
     """The first firing time of `expression` strictly after `after_ms` (epoch ms), or None.
 
-    Cron is read as crontab(5) reads it (`workflows.schedule.crontab`). The reading of builds
-    before it (croniter's) is kept where a run recorded it: `crontab_reading=False` for an
+    Cron is read as crontab(5) reads it (`workflows.schedule.crontab`). croniter's reading is
+    kept where a history without the patches needs it: `crontab_reading=False` for an
     expression the two readings differ on, `classic_day_rule=False` (the day fields ORed
     whenever both are restricted), and an expression crontab's reading refuses that croniter
-    took (`L`, `#`, `W`, `?`), which only an older build can have stored. `dst` chooses what
+    took (`L`, `#`, `W`, `?`), which only such a history can hold. `dst` chooses what
     a local time that daylight saving skips or repeats does (crontab's choices by default;
     croniter's reading keeps them)."""
     _readable(expression)

@@ -26,7 +26,7 @@ the expression another way. Its decision is still made, for one that calls the b
 The rules for a new `set` (`set_rules`) are a third change: the update validator always
 applies them (it records nothing), the handler of a `set` (update or signal) asks
 `workflow.patched("schedule-set-rules")` only when they refuse the request, so a history
-that holds a `set` an older build accepted replays as recorded.
+that holds a `set` accepted without the rules replays as recorded.
 """
 
 from __future__ import annotations
@@ -36,10 +36,11 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from workflows.schedule import cron
     from workflows.schedule.core import ScheduleCore
-
-CLASSIC_DAY_RULE_PATCH = "cron-classic-day-rule"
-CRONTAB_READING_PATCH = "cron-crontab-reading"
-SET_RULES_PATCH = "schedule-set-rules"
+    from workflows.schedule.patches import (
+        CLASSIC_DAY_RULE_PATCH,
+        CRONTAB_READING_PATCH,
+        SET_RULES_PATCH,
+    )
 
 
 class DayRule:

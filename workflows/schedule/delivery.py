@@ -27,19 +27,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.kernel import ShellKernel, now_ms
     from workflows.schedule.core import DeadLetter, Run, ScheduleCore, attempts_begun
     from workflows.schedule.lifecycle import Lifecycle
-    from workflows.schedule.models import (
-        Outcome,
-        ScheduledRunObject,
-        ScheduleInput,
-        idempotency_key,
-        lifecycle_event,
-    )
+    from workflows.schedule.models import Outcome, ScheduledRunObject, ScheduleInput
     from workflows.schedule.outcome import Interrupted, deliver_outcome, deliver_until
+    from workflows.schedule.patches import RESUME_REDELIVERIES_PATCH, SCHEDULE_DELIVERS_PATCH
 
-# The schedule, not the run's child, delivers the outcome of a run it starts from now on.
-SCHEDULE_DELIVERS_PATCH = "schedule-delivers-outcomes"
-# Recorded when a run starts again the redeliveries its predecessor left going.
-RESUME_REDELIVERIES_PATCH = "resume-carried-redeliveries"
 # Outcome activities a schedule has going at once for its runs (Temporal allows 2,000 pending
 # activities per workflow; lifecycle calls and redeliveries need room too).
 MAX_DELIVERIES_IN_FLIGHT = 500
@@ -74,7 +65,7 @@ class Deliveries:
     def finished(self, scheduled_time: int, outcome: Outcome) -> None:
         """A run's child ended as its run finished: free its slot, deliver its outcome. The
         delivery's ScheduleActivityTask is this task's command; with none, the barrier."""
-        if self._core.stopped(scheduled_time, outcome, now_ms()):
+        if self._core.finished_to_deliver(scheduled_time, outcome, now_ms()):
             self._kernel.wake()  # a queued run can take the freed slot, or the run paused it
         # The delivery (or the barrier) is this task's command: an update in the next task
         # decides on what this completion changed (the freed slot, a pause on failure).
@@ -120,9 +111,7 @@ class Deliveries:
         left = run.delivery_attempts_left
 
         def emit(event_type: str, **fields: Any) -> None:
-            key = idempotency_key(self._object_id, scheduled_time)
-            event = lifecycle_event(event_type, key, scheduled_time, now_ms(), **fields)
-            self._lifecycle.emit(event)
+            self._lifecycle.emit_run(scheduled_time, event_type, now_ms(), **fields)
 
         result = await deliver_until(
             settings, run_object, run.outcome(), emit, self._core.deliveries_stopped, left

@@ -16,7 +16,13 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.opentelemetry.workflow import completed_span
 
     from workflows import metrics
-    from workflows.schedule.models import ScheduleInput, lifecycle_span_attributes
+    from workflows.schedule.core import Run, Skipped
+    from workflows.schedule.models import (
+        ScheduleInput,
+        idempotency_key,
+        lifecycle_event,
+        lifecycle_span_attributes,
+    )
 
 LIFECYCLE_TIMEOUT = timedelta(seconds=10)
 LIFECYCLE_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1))
@@ -53,6 +59,39 @@ class Lifecycle:
         task = asyncio.create_task(self._call(settings, settings.lifecycle_activity, event))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    def emit_run(self, scheduled_time: int, event_type: str, now: int, **fields: Any) -> None:
+        """`emit` the event `event_type` of the schedule's run at `scheduled_time`, at `now`."""
+        key = idempotency_key(self._settings.object_id or "", scheduled_time)
+        self.emit(lifecycle_event(event_type, key, scheduled_time, now, **fields))
+
+    def emit_tick(
+        self,
+        due: Run | Skipped | None,
+        caught_up: Skipped | None,
+        now: int,
+        *,
+        queued: bool,
+        depth: int,
+    ) -> None:
+        """A tick's events: `skipped` for each tick skipped (logged too), `due` for its run
+        (`queued` when it waits for a slot; the queue's `depth` goes to the metrics)."""
+        for skip in (s for s in (caught_up, due) if isinstance(s, Skipped)):
+            workflow.logger.warning(
+                "skipped the tick %s of %s: %s",
+                skip.scheduled_time,
+                self._settings.object_id,
+                skip.reason,
+            )
+            self.emit_run(skip.scheduled_time, "skipped", now, reason=skip.reason)
+        if due is not None and not isinstance(due, Skipped):
+            self.emit_run(due.scheduled_time, "due", now, queued=queued)
+            metrics.record(metrics.QUEUE_DEPTH, depth)
+
+    def emit_recorded(self, runs: list[Run], now: int, *, queued: bool) -> None:
+        """`due` for each run a `trigger` or `backfill` recorded."""
+        for run in runs:
+            self.emit_run(run.scheduled_time, "due", now, queued=queued)
 
     async def _call(
         self, settings: ScheduleInput, activity_name: str, event: dict[str, Any]

@@ -47,6 +47,7 @@ SCHEDULE_MESSAGES = Catalog(
             CancelRequest,
             returns="whether a schedule was live",
             wakes=True,
+            core_method="cancel",
         ),
         Message(
             "configure",
@@ -110,7 +111,13 @@ SCHEDULE_MESSAGES = Catalog(
             RunAcknowledged,
             internal=True,
         ),
-        Message("get", "The live schedule, or None.", kinds(QUERY), returns="object or null"),
+        Message(
+            "get",
+            "The live schedule, or None.",
+            kinds(QUERY),
+            returns="object or null",
+            core_method="get",
+        ),
         Message(
             "describe",
             "The live schedule, `paused`, the last runs that ended, the next fire times and "
@@ -119,39 +126,53 @@ SCHEDULE_MESSAGES = Catalog(
             DescribeQuery,
             returns="object",
             query_takes_payload=True,
+            core_method="describe",
         ),
-        Message("runs", "Every run not yet forgotten.", kinds(QUERY), returns="list"),
-        Message("paused", "Whether ticks are paused.", kinds(QUERY), returns="boolean"),
+        Message(
+            "runs", "Every run not yet forgotten.", kinds(QUERY), returns="list", core_method="runs"
+        ),
+        Message(
+            "paused",
+            "Whether ticks are paused.",
+            kinds(QUERY),
+            returns="boolean",
+            core_method="paused",
+        ),
         Message(
             "pause_note",
             "Why the schedule is paused (`pause`'s note, or the failed run that paused it "
             "under `pause_on_failure`), or None.",
             kinds(QUERY),
             returns="string or null",
+            core_method="pause_note",
         ),
         Message(
             "skipped_ticks",
             "Ticks skipped: queue full, overlap policy, state budget or catchup window.",
             kinds(QUERY),
             returns="integer",
+            core_method="skipped_ticks",
         ),
         Message(
             "dead_letters",
             "Outcomes whose delivery was given up, oldest first.",
             kinds(QUERY),
             returns="list",
+            core_method="dead_letters",
         ),
         Message(
             "settings",
             "The start settings in effect (as changed by `configure`).",
             kinds(QUERY),
             returns="object",
+            core_method="settings_view",
         ),
         Message(
             "dropped_signals",
             "How many malformed signals were dropped.",
             kinds(QUERY),
             returns="integer",
+            core_method="dropped_signals",
         ),
     )
 )

@@ -161,18 +161,18 @@ class ScheduleInput(BaseModel):
     # Who hosts the run activity; None: `plugin` when `activity_task_queue` is null (the
     # run runs on durability's own task queue), else `external` (see `hosted_by`).
     run_host: RunHost | None = None
-    # Bounds on the schedule's life (null/false: unbounded, as before they existed). A tick
+    # Bounds on the schedule's life (null/false: unbounded). A tick
     # that fires more than this after it was due is skipped (`catchup_window`), not run.
     catchup_window_ms: int | None = Field(None, ge=1, le=MAX_DELAY_MS)
     # No tick is scheduled before `start_at` nor at or after `end_at` (epoch ms).
-    # At most MAX_LIFE_BOUND_MS for a new start and `configure`; a value an earlier build
-    # accepted (up to MAX_SAFE_INTEGER) is kept when carried by continue-as-new.
+    # At most MAX_LIFE_BOUND_MS for a new start and `configure`; a carried value is only held
+    # to MAX_SAFE_INTEGER: a running schedule must not fail on continuing as new.
     start_at: int | None = Field(None, ge=0)
     end_at: int | None = Field(None, ge=0)
     # How many ticks may still record a run: read at the first start only, then counted
     # down in the carried state (`ScheduleState.remaining_runs`). Null: no limit.
     remaining_runs: int | None = Field(None, ge=0, le=MAX_REMAINING_RUNS)
-    # A run that settles `errored` pauses the schedule, with a note naming it.
+    # A run that finishes `errored` pauses the schedule, with a note naming it.
     pause_on_failure: bool = False
     # Local times daylight saving skips or repeats, for cron with CRON_TZ (docs/cron.md).
     dst_policy: DstPolicy = Field(default_factory=DstPolicy)
@@ -210,8 +210,7 @@ class ScheduleInput(BaseModel):
         return self.model_copy(update={**unbounded, "pause_on_failure": False})
 
     def hosted_by(self) -> RunHost:
-        """`run_host`, or what its absence means (also for a run's settings recorded before
-        the field existed)."""
+        """`run_host`, or what its absence means."""
         if self.run_host is not None:
             return self.run_host
         return RunHost.PLUGIN if self.activity_task_queue is None else RunHost.EXTERNAL
@@ -317,7 +316,7 @@ class CancelRequest(BaseModel):
 
 class PauseRequest(BaseModel):
     """Payload of `pause`: an optional `note` saying why. Anything else in it is ignored (a
-    payload that is not an object too), as before notes existed."""
+    payload that is not an object too): a `pause` without a note is any payload."""
 
     note: Annotated[str, Field(max_length=MAX_PAUSE_NOTE_LENGTH)] | None = None
 
@@ -366,7 +365,7 @@ class DescribeQuery(BaseModel):
 
 
 class RunStatus(StrEnum):
-    """Where a run is: waiting for a slot, running, or settled with its outcome."""
+    """Where a run is: waiting for a slot, running, or finished with its outcome."""
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -441,12 +440,12 @@ class ScheduledRunInput(BaseModel):
     run: ScheduledRunObject
     schedule_workflow_id: WorkflowId
     settings: ScheduleInput
-    # The run took its schedule's last free slot: signal `run_settled` as soon as it stops
+    # The run took its schedule's last free slot: signal `run_settled` as soon as it finishes
     # (a run that delivers its own outcome: see `deliver_by_schedule`).
     settle_by_signal: bool = False
-    # The schedule delivers the outcome: the run ends as soon as it stops, its result
-    # carrying the outcome (`ScheduledRunResult.outcome_pending`). A run started by a build
-    # before this field (or run by one that ignores it) delivers its own outcome.
+    # The schedule delivers the outcome: the run ends as soon as it finishes, its result
+    # carrying the outcome (`ScheduledRunResult.outcome_pending`). Without it (or behind
+    # no `RUN_PATHS_PATCH` marker) the run delivers its own outcome.
     deliver_by_schedule: bool = False
 
 

@@ -15,9 +15,7 @@ from temporalio import workflow
 from workflows import search_attributes
 from workflows.schedule import status
 from workflows.schedule.core import ScheduleState
-
-# Recorded by a run that publishes its state memo; histories from before it publish none.
-STATE_MEMO_PATCH = "schedule-state-memo"
+from workflows.schedule.patches import STATE_MEMO_PATCH
 
 
 class Published:

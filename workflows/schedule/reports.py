@@ -21,7 +21,7 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     from workflows.kernel import ShellKernel, now_ms
     from workflows.schedule.core import Run, ScheduleCore
-    from workflows.schedule.delivery import SCHEDULE_DELIVERS_PATCH, Deliveries, send_progress
+    from workflows.schedule.delivery import Deliveries, send_progress
     from workflows.schedule.models import (
         RUN_INTERRUPTED_ERROR,
         Outcome,
@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         run_workflow_id,
     )
     from workflows.schedule.outcome import errored
+    from workflows.schedule.patches import SCHEDULE_DELIVERS_PATCH
     from workflows.schedule.run import REPORT_BY_SIGNAL, ScheduledRunWorkflow
     from workflows.schedule.status import iso
 
@@ -175,7 +176,7 @@ class RunReports:
 
     def finished(self, scheduled_time: int, outcome: Outcome) -> None:
         """The `run_settled` signal: the run finished; its slot is free."""
-        if self._core.settled_by_signal(scheduled_time, outcome, now_ms()):
+        if self._core.finished_by_signal(scheduled_time, outcome, now_ms()):
             self._kernel.wake()
 
     def acknowledged(
@@ -189,7 +190,7 @@ class RunReports:
         `delivered`, lost with its workflow): its completion, or `run_acknowledged`. The
         run is forgotten."""
         key = idempotency_key(self._object_id, scheduled_time)
-        if self._core.run_ended(
+        if self._core.acknowledged(
             scheduled_time, key, outcome, dead_letter_error, delivered=delivered, now_ms=now_ms()
         ):
             self._kernel.wake()  # a queued run can take the freed slot, or it paused

@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         plugin_run_activity_id,
     )
     from workflows.schedule.outcome import deliver_outcome, error_of, errored
+    from workflows.schedule.patches import RUN_PATHS_PATCH
     from workflows.validation import INVALID_START_INPUT, format_validation_error
 
 # Internal signal, schedule -> run (not part of the wire contract): report by signal from now
@@ -69,11 +70,6 @@ with workflow.unsafe.imports_passed_through():
 REPORT_BY_SIGNAL = "durability.report_by_signal"
 # Time a cancelled run activity gets, beyond run_timeout_ms, to acknowledge cancellation.
 RUN_CANCEL_GRACE = timedelta(seconds=30)
-# A run takes the paths `deliver_by_schedule` and a plugin-hosted run (`run_host` "plugin":
-# no run timer, a default heartbeat timeout, its timeout in the activity ID: `run_call`)
-# behind one patch, asked in its first task: each patch costs every run two history events
-# (its marker and the `TemporalChangeVersion` upsert the SDK adds).
-RUN_PATHS_PATCH = "scheduled-run-0.1.1-paths"
 
 
 @workflow.defn(name=RUN_WORKFLOW_TYPE, sandboxed=SANDBOXED)
@@ -101,7 +97,8 @@ class ScheduledRunWorkflow:
             former = {INVALID_START_INPUT: "InvalidScheduledRunInput"}
             raise refusal(message, INVALID_START_INPUT, former) from None
         scheduled_time = run_input.run.scheduled_time
-        # Asked once, before the first command; a run recorded before it takes the old paths.
+        # Asked once, before the first command: a history without the marker replays the
+        # paths it took.
         self._new_paths = (
             run_input.deliver_by_schedule or run_input.settings.hosted_by() is RunHost.PLUGIN
         ) and workflow.patched(RUN_PATHS_PATCH)
@@ -202,8 +199,8 @@ class ScheduledRunWorkflow:
         return _errored_from(failure, hosted=call.timer is None)
 
     def _hosted(self) -> bool:
-        """Whether the plugin hosts this run (the new commands, behind their patch: a run
-        recorded before keeps its timer)."""
+        """Whether the plugin hosts this run (behind `RUN_PATHS_PATCH`: a history without the
+        marker keeps its run timer)."""
         return self._new_paths and self._input.settings.hosted_by() is RunHost.PLUGIN
 
     async def _signal_schedule(self, signal: str, payload: RunSettled | RunAcknowledged) -> None:

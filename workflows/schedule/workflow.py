@@ -1,13 +1,11 @@
-"""`DurabilitySchedule`, one per object: the Temporal shell around `core.ScheduleCore`.
+"""`DurabilitySchedule`, one per object: catalog -> core -> effects.
 
-Catalog -> core -> effects. Its messages are declared in `workflows.schedule.messages`, which
-registers their handlers (`workflows.handlers`): each handler reads its payload strictly and
-calls an `apply_<name>` / `check_<name>` / `query_<name>` below, which asks the core to decide
-(ticks, versions, slots, the queue, dead letters). The shell carries the decisions out: a tick
-timer, a `ScheduledRun` child per run (`reports.RunReports`), the delivery of each finished
-run's outcome (`delivery.py`), search attributes (`publish.py`), and continue-as-new once the
-history is long and every run has finished (`drain.py`). A deployment brings its own
-`next_occurrence` by subclassing (docs/contract.md, 2.6 "Expressions", has the example).
+Its handlers are registered from its catalog (`messages.py`); each reads its payload strictly
+and calls the core's transition, directly or through an `apply_<name>` / `check_<name>` below.
+The core (`core.ScheduleCore`) decides; this shell carries it out: a tick timer, a
+`ScheduledRun` child per run (`reports.py`), the delivery of each finished run's outcome
+(`delivery.py`), search attributes (`publish.py`), continue-as-new (`drain.py`). A deployment
+brings its own `next_occurrence` by subclassing (docs/contract.md, 2.6 "Expressions").
 """
 
 from __future__ import annotations
@@ -20,20 +18,16 @@ from temporalio import workflow
 from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import SANDBOXED, metrics
+    from workflows import SANDBOXED
     from workflows.catalog import Message
     from workflows.handlers import CatalogShell, handlers_from
     from workflows.kernel import NO_INPUT, ShellKernel, decode_start_input, now_ms
-    from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron, status
+    from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron, models, patches, status
     from workflows.schedule.core import (
         Closing,
         InvalidRequest,
-        Run,
         ScheduleCore,
-        ScheduleWorkflowInput,
-        Skipped,
         initial_state,
-        parse_configure,
         read_start,
         settings_of,
     )
@@ -42,39 +36,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.schedule.drain import Drain
     from workflows.schedule.lifecycle import Lifecycle
     from workflows.schedule.messages import SCHEDULE_MESSAGES
-    from workflows.schedule.models import (
-        NEXT_OCCURRENCE,
-        NOW_MS,
-        BackfillRequest,
-        CancelRequest,
-        DescribeQuery,
-        PauseRequest,
-        RedeliverRequest,
-        RunAcknowledged,
-        RunSettled,
-        SetRequest,
-        idempotency_key,
-        lifecycle_event,
-    )
     from workflows.schedule.preview import daylight_saving
     from workflows.schedule.publish import Published
     from workflows.schedule.reports import STARTS, WATCHES, RunReports
     from workflows.schedule.set_rules import request_refusal
-    from workflows.validation import CARRIED_CONTEXT
 
-# Each patch changes the commands from where it is asked; docs/compat.md says what replays.
-# A cancellation request closes the schedule only once every run it started has reported.
-CLOSE_AFTER_RUNS_ON_CANCEL_PATCH = "close-after-runs-on-cancel"
-# The start fields bounding a schedule's life (`catchup_window_ms`, `start_at`, ...) apply.
-SCHEDULE_BOUNDS_PATCH = "schedule-bounds"
-# A cancellation lifts a continue-as-new's stop of deliveries: the outcomes owed are delivered.
-DELIVER_WHILE_CANCELLING_PATCH = "deliver-while-cancelling"
-# A signal to a schedule closing as cancelled is dropped and counted, not lost with the close.
-DROP_WHILE_CLOSING_PATCH = "drop-signals-while-closing"
-# A `trigger` on a time already held records its own run at the next free millisecond.
-DISTINCT_TRIGGER_TIMES_PATCH = "distinct-trigger-times"
-# A cancellation request publishes the state memo `closing`.
-PUBLISH_CLOSING_PATCH = "publish-closing-state"
 # The updates whose handler, not only their validator, refuses them while the schedule closes
 # as cancelled (a signal always does): the others apply what their validator accepted.
 CHECKED_OPEN_IN_HANDLER = frozenset({"set", "cancel", "configure"})
@@ -85,6 +51,8 @@ CHECKED_OPEN_IN_HANDLER = frozenset({"set", "cancel", "configure"})
 class DurabilityScheduleWorkflow(CatalogShell):
     """One object's recurring schedule (S1-S8, S13): never completes on its own."""
 
+    _core: ScheduleCore
+
     @workflow.init
     def __init__(self, input: RawValue = NO_INPUT) -> None:
         # Decoded and validated here, not by the converter: a start input the converter
@@ -92,7 +60,7 @@ class DurabilityScheduleWorkflow(CatalogShell):
         self._start = read_start(lambda: decode_start_input(input), workflow.info().workflow_id)
         self._settings, carried = self._start.settings, self._start.carried
         # Here, not in `run`: the first task's messages are handled before `run` begins.
-        if self._settings.bounded() and not workflow.patched(SCHEDULE_BOUNDS_PATCH):
+        if self._settings.bounded() and not workflow.patched(patches.SCHEDULE_BOUNDS_PATCH):
             self._settings = self._settings.without_bounds()
         self._object_id = self._settings.object_id or ""
         self._core = ScheduleCore(
@@ -123,8 +91,7 @@ class DurabilityScheduleWorkflow(CatalogShell):
     @workflow.run
     async def run(self, input: RawValue = NO_INPUT) -> None:
         """Tick, start runs, sleep until the next tick or a message; continue-as-new. A
-        cancellation request (the UI's Request Cancellation) closes the schedule as cancelled
-        once every run it started has reported."""
+        cancellation request closes the schedule once every run it started has reported."""
         start = self._start
         self._kernel.check_start(start.error, start.coerced, "InvalidScheduleInput", start.bad_id)
         self._redeliveries.resume_stranded()
@@ -132,7 +99,7 @@ class DurabilityScheduleWorkflow(CatalogShell):
         try:
             await self._tick_until_history_is_long()
         except asyncio.CancelledError:
-            if not workflow.patched(CLOSE_AFTER_RUNS_ON_CANCEL_PATCH):
+            if not workflow.patched(patches.CLOSE_AFTER_RUNS_ON_CANCEL_PATCH):
                 raise
             workflow.logger.info(
                 "%s: cancellation requested; closing once its runs report", self._object_id
@@ -147,19 +114,16 @@ class DurabilityScheduleWorkflow(CatalogShell):
                 )
             )
             raise
-        carried = ScheduleWorkflowInput.model_validate(
-            {**self._settings.model_dump(), "carried": self._core.state}, context=CARRIED_CONTEXT
-        )
-        workflow.continue_as_new(carried.model_dump(mode="json"))
+        workflow.continue_as_new(self._core.next_run_input())
 
     def _begin_cancellation(self) -> None:
         """Tell the core the run closes as cancelled, and start the deliveries it then says
         to start (those a continue-as-new close had stopped)."""
         lifts_stop = self._core.deliveries_stopped() and self._deliveries.pending() > 0
-        if lifts_stop and not workflow.patched(DELIVER_WHILE_CANCELLING_PATCH):
+        if lifts_stop and not workflow.patched(patches.DELIVER_WHILE_CANCELLING_PATCH):
             return  # as recorded without the patch: the run waits with its deliveries stopped
         self._core.begin_cancellation()
-        if workflow.patched(PUBLISH_CLOSING_PATCH):
+        if workflow.patched(patches.PUBLISH_CLOSING_PATCH):
             self._published.publish_closing()
         self._deliveries.pump()
 
@@ -191,9 +155,8 @@ class DurabilityScheduleWorkflow(CatalogShell):
         )
 
     async def _hand_over_before_closing(self) -> bool:
-        """Hand over the runs still going, then stop the outcome deliveries still going (the
-        undelivered are carried: `Deliveries.stop`) and wait for the lifecycle calls they
-        made (a `dead_lettered`)."""
+        """Hand over the runs still going, stop the outcome deliveries going (the undelivered
+        are carried) and wait for the lifecycle calls they made (a `dead_lettered`)."""
         await self._runs.hand_over_alive()
         await self._deliveries.stop()
         await workflow.wait_condition(lambda: not self._lifecycle.tasks)
@@ -205,14 +168,9 @@ class DurabilityScheduleWorkflow(CatalogShell):
         self._day_rule.decide()
         due = self._core.tick(now)
         startable = [] if self._drain.going else self._core.take_startable(now)
-        for skip in (s for s in (self._core.caught_up, due) if isinstance(s, Skipped)):
-            workflow.logger.warning(
-                "skipped the tick %s of %s: %s", skip.scheduled_time, self._object_id, skip.reason
-            )
-            self._emit(skip.scheduled_time, "skipped", now, reason=skip.reason)
-        if due is not None and not isinstance(due, Skipped):
-            self._emit(due.scheduled_time, "due", now, queued=due not in startable)
-            metrics.record(metrics.QUEUE_DEPTH, self._core.queued_count())
+        queued = due is not None and due not in startable
+        depth = self._core.queued_count()
+        self._lifecycle.emit_tick(due, self._core.caught_up, now, queued=queued, depth=depth)
         for run, last_slot in zip(startable, self._core.takes_last_slot(startable), strict=True):
             self._runs.start(run, report_by_signal=last_slot)
         self._published.publish(
@@ -234,15 +192,6 @@ class DurabilityScheduleWorkflow(CatalogShell):
         busy = self._kernel.busy(STARTS, Redeliveries.TASKS) or bool(self._lifecycle.tasks)
         return self._drain.over(self._core.drained(shell_busy=busy))
 
-    def _emit(self, scheduled_time: int, event_type: str, now: int, **fields: Any) -> None:
-        key = idempotency_key(self._object_id, scheduled_time)
-        self._lifecycle.emit(lifecycle_event(event_type, key, scheduled_time, now, **fields))
-
-    def _emit_recorded(self, runs: list[Run], now: int) -> None:
-        queued = self._core.new_runs_wait()
-        for run in runs:
-            self._emit(run.scheduled_time, "due", now, queued=queued)
-
     # --- messages (`workflows.schedule.messages`): the catalog's hooks, then one method each
 
     def _first(self, message: Message) -> None:
@@ -259,44 +208,42 @@ class DurabilityScheduleWorkflow(CatalogShell):
             return
         checked = message.name in CHECKED_OPEN_IN_HANDLER or not _in_update()
         closing = self._core.closing is Closing.CANCELLED
-        if checked and closing and workflow.patched(DROP_WHILE_CLOSING_PATCH):
+        if checked and closing and workflow.patched(patches.DROP_WHILE_CLOSING_PATCH):
             self._core.check_open(message.name)
 
     def _parse(self, message: Message, value: Any) -> Any:
-        return message.parse(value, {NOW_MS: now_ms(), NEXT_OCCURRENCE: self.next_occurrence})
-
-    def check_set(self, request: SetRequest) -> None:
-        refused = request_refusal(
-            request, self.next_occurrence, now_ms(), builtin=self._day_rule.builtin
+        return message.parse(
+            value, {models.NOW_MS: now_ms(), models.NEXT_OCCURRENCE: self.next_occurrence}
         )
-        if refused is not None:
+
+    def _set_refusal(self, request: models.SetRequest, now: int) -> str | None:
+        builtin = self._day_rule.builtin
+        return request_refusal(request, self.next_occurrence, now, builtin=builtin)
+
+    def check_set(self, request: models.SetRequest) -> None:
+        if (refused := self._set_refusal(request, now_ms())) is not None:
             raise InvalidRequest(refused)
 
-    def apply_set(self, request: SetRequest) -> bool:
+    def apply_set(self, request: models.SetRequest) -> bool:
         now = now_ms()
-        builtin = self._day_rule.builtin
-        refused = request_refusal(request, self.next_occurrence, now, builtin=builtin)
+        refused = self._set_refusal(request, now)
         if refused is not None and self._day_rule.refuses_new_set():
             raise InvalidRequest(refused)
         self._day_rule.decide(request.expression)
         return self._core.set(request, now, lambda max_ms: workflow.random().randint(0, max_ms))
 
-    def apply_cancel(self, request: CancelRequest) -> bool:
-        return self._core.cancel(request)
-
     def check_configure(self, fields: Any) -> None:
-        parse_configure(fields, self._settings)
+        self._core.check_configure(fields)
 
     def apply_configure(self, fields: Any) -> dict[str, Any]:
         """Runs, deliveries, redeliveries and lifecycle calls started from now on take the
         new settings, those going keep theirs; the next continue-as-new carries them."""
-        self._settings = settings = parse_configure(fields, self._settings)
-        self._core.configure(settings, fields, now_ms())
+        self._settings = settings = self._core.configure(fields, now_ms())
         for part in (self._lifecycle, self._deliveries, self._redeliveries, self._runs):
             part.use_settings(settings)
         return settings_of(settings)
 
-    def apply_pause(self, request: PauseRequest) -> bool:
+    def apply_pause(self, request: models.PauseRequest) -> bool:
         return self._core.pause(request.note)
 
     def check_unpause(self, _: Any) -> None:
@@ -318,61 +265,32 @@ class DurabilityScheduleWorkflow(CatalogShell):
         now = now_ms()
         # Each trigger its own run (the patch is asked only where it changes the time).
         merges = self._core.trigger_merges(now)
-        distinct = not merges or workflow.patched(DISTINCT_TRIGGER_TIMES_PATCH)
+        distinct = not merges or workflow.patched(patches.DISTINCT_TRIGGER_TIMES_PATCH)
         run = self._core.trigger(now, distinct=distinct)
-        self._emit_recorded([run], now)
+        self._lifecycle.emit_recorded([run], now, queued=self._core.new_runs_wait())
         return run.scheduled_time
 
-    def check_backfill(self, request: BackfillRequest) -> None:
+    def check_backfill(self, request: models.BackfillRequest) -> None:
         self._core.check_backfill(request.start_at, request.end_at)
 
-    def apply_backfill(self, request: BackfillRequest) -> list[int]:
+    def apply_backfill(self, request: models.BackfillRequest) -> list[int]:
         now = now_ms()
         runs = self._core.backfill(request.start_at, request.end_at)
-        self._emit_recorded(runs, now)
+        self._lifecycle.emit_recorded(runs, now, queued=self._core.new_runs_wait())
         return [run.scheduled_time for run in runs]
 
-    def check_redeliver(self, request: RedeliverRequest) -> None:
+    def check_redeliver(self, request: models.RedeliverRequest) -> None:
         self._core.redeliverable(request.idempotency_key)
 
-    def apply_redeliver(self, request: RedeliverRequest) -> bool:
+    def apply_redeliver(self, request: models.RedeliverRequest) -> bool:
         self._redeliveries.start(self._core.begin_redelivery(request.idempotency_key))
         return True
 
-    def apply_run_settled(self, finished: RunSettled) -> None:
-        self._runs.finished(finished.scheduled_time, finished.outcome)
+    def apply_run_settled(self, signal: models.RunSettled) -> None:
+        self._runs.finished(signal.scheduled_time, signal.outcome)
 
-    def apply_run_acknowledged(self, acknowledged: RunAcknowledged) -> None:
-        self._runs.acknowledged(
-            acknowledged.scheduled_time, acknowledged.outcome, acknowledged.dead_letter_error
-        )
-
-    def query_get(self) -> dict[str, Any] | None:
-        return self._core.get()
-
-    def query_describe(self, query: DescribeQuery) -> dict[str, Any]:
-        return self._core.describe(query)
-
-    def query_runs(self) -> list[dict[str, Any]]:
-        return self._core.runs()
-
-    def query_paused(self) -> bool:
-        return self._core.state.paused
-
-    def query_pause_note(self) -> str | None:
-        return self._core.state.pause_note
-
-    def query_skipped_ticks(self) -> int:
-        return self._core.state.skipped_ticks
-
-    def query_dead_letters(self) -> list[dict[str, Any]]:
-        return [letter.wire() for letter in self._core.state.dead_letters]
-
-    def query_settings(self) -> dict[str, Any]:
-        return settings_of(self._settings)
-
-    def query_dropped_signals(self) -> int:
-        return self._core.state.dropped_signals
+    def apply_run_acknowledged(self, signal: models.RunAcknowledged) -> None:
+        self._runs.acknowledged(signal.scheduled_time, signal.outcome, signal.dead_letter_error)
 
 
 def _in_update() -> bool:
