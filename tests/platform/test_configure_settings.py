@@ -15,8 +15,15 @@ from pydantic import Field
 from workflows.ledger import core as ledger_core
 from workflows.ledger.models import LedgerConfig, LedgerState
 from workflows.schedule import core as schedule_core
-from workflows.schedule.core import ScheduleCore, ScheduleState
-from workflows.schedule.models import Outcome, RunError, RunStatus, ScheduleInput, SetRequest
+from workflows.schedule.core import ScheduleCore
+from workflows.schedule.models import (
+    Outcome,
+    RunError,
+    RunStatus,
+    ScheduleInput,
+    ScheduleState,
+    SetRequest,
+)
 from workflows.validation import MAX_SETTINGS_BYTES, InvalidRequest, configured
 
 MAX_MS = 2**31 - 1

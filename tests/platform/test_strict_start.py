@@ -23,7 +23,8 @@ from tests.support.ledger import ledger_worker
 from workflows.ledger import core as ledger_core
 from workflows.ledger.request import FrozenRequestWorkflow
 from workflows.ledger.workflow import OperationLedgerWorkflow
-from workflows.schedule.core import ScheduleState, ScheduleWorkflowInput, read_start
+from workflows.schedule.core import read_start
+from workflows.schedule.models import ScheduleState, ScheduleWorkflowInput
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
 

@@ -14,10 +14,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from workflows.schedule.core import (
-    MAX_RECENT_ERROR_MESSAGE,
     InvalidRequest,
     ScheduleCore,
-    ScheduleState,
     Skipped,
     initial_state,
     parse_cancel,
@@ -25,12 +23,14 @@ from workflows.schedule.core import (
 )
 from workflows.schedule.models import (
     MAX_NEXT_FIRE_TIMES,
+    MAX_RECENT_ERROR_MESSAGE,
     RECENT_RUNS_KEPT,
     DescribeQuery,
     Outcome,
     RunError,
     RunStatus,
     ScheduleInput,
+    ScheduleState,
     SetRequest,
     SkipReason,
 )

@@ -11,10 +11,7 @@ from hypothesis import strategies as st
 
 from workflows.schedule.core import (
     InvalidRequest,
-    Run,
     ScheduleCore,
-    ScheduleState,
-    ScheduleWorkflowInput,
     Skipped,
     failure_note,
     initial_state,
@@ -27,8 +24,11 @@ from workflows.schedule.models import (
     MAX_PAUSE_NOTE_LENGTH,
     MAX_SAFE_INTEGER,
     Outcome,
+    Run,
     RunError,
     ScheduleInput,
+    ScheduleState,
+    ScheduleWorkflowInput,
     SetRequest,
     SkipReason,
 )

@@ -13,9 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from workflows.schedule.core import (
     InvalidRequest,
-    Run,
     ScheduleCore,
-    ScheduleState,
     Skipped,
     attempts_begun,
     checked_next,
@@ -27,9 +25,11 @@ from workflows.schedule.models import (
     JitterRange,
     Outcome,
     OutcomeRetries,
+    Run,
     RunError,
     RunStatus,
     ScheduleInput,
+    ScheduleState,
     SetRequest,
     SkipReason,
 )

@@ -8,13 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workflows.schedule.core import (
-    Closing,
-    ScheduleClosing,
-    ScheduleCore,
-    ScheduleState,
-)
-from workflows.schedule.models import Outcome, ScheduleInput, SetRequest
+from workflows.schedule.core import Closing, ScheduleClosing, ScheduleCore
+from workflows.schedule.models import Outcome, ScheduleInput, ScheduleState, SetRequest
 
 
 def every(expression: str, after_ms: int) -> int | None:

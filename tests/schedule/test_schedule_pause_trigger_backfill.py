@@ -23,18 +23,14 @@ from tests.support.helpers import cache_options, durability_cli, eventually, sch
 from workflows import SANDBOXED
 from workflows.kernel import NO_INPUT
 from workflows.schedule import SCHEDULE_WORKFLOW_TYPE
-from workflows.schedule.core import (
-    InvalidRequest,
-    NoLiveSchedule,
-    ScheduleCore,
-    ScheduleState,
-)
+from workflows.schedule.core import InvalidRequest, NoLiveSchedule, ScheduleCore
 from workflows.schedule.messages import read_payload
 from workflows.schedule.models import (
     MAX_BACKFILL_RUNS,
     CancelRequest,
     RunStatus,
     ScheduleInput,
+    ScheduleState,
     SetRequest,
 )
 from workflows.schedule.run import ScheduledRunWorkflow

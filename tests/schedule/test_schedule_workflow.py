@@ -398,7 +398,7 @@ async def test_bad_updates_are_rejected_naming_the_field_and_bad_signals_are_dro
             check=False,
         )  # fmt: skip
         assert cli.returncode != 0
-        assert "set.expression" in cli.stderr + cli.stdout
+        assert "set payload: expression" in cli.stderr + cli.stdout
         # What a CLI user reads: the stable type, and that resending will not help.
         assert "(type: InvalidRequest, retryable: false)" in cli.stderr + cli.stdout
         assert "every second" in cli.stderr + cli.stdout

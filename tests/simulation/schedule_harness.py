@@ -26,17 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workflows.invariants import ScheduleStep, Violation, schedule_violations
-from workflows.schedule.core import (
-    Closing,
-    InvalidRequest,
-    ScheduleCore,
-    ScheduleState,
-)
+from workflows.schedule.core import Closing, InvalidRequest, ScheduleCore
 from workflows.schedule.messages import read_payload
 from workflows.schedule.models import (
     Outcome,
     RunError,
     ScheduleInput,
+    ScheduleState,
     idempotency_key,
 )
 

@@ -25,9 +25,15 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from workflows.kernel import ShellKernel, now_ms
-    from workflows.schedule.core import DeadLetter, Run, ScheduleCore, attempts_begun
+    from workflows.schedule.core import ScheduleCore, attempts_begun
     from workflows.schedule.lifecycle import Lifecycle
-    from workflows.schedule.models import Outcome, ScheduledRunObject, ScheduleInput
+    from workflows.schedule.models import (
+        DeadLetter,
+        Outcome,
+        Run,
+        ScheduledRunObject,
+        ScheduleInput,
+    )
     from workflows.schedule.outcome import Interrupted, deliver_outcome, deliver_until
     from workflows.schedule.patches import RESUME_REDELIVERIES_PATCH, SCHEDULE_DELIVERS_PATCH
 

@@ -16,8 +16,9 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.opentelemetry.workflow import completed_span
 
     from workflows import metrics
-    from workflows.schedule.core import Run, Skipped
+    from workflows.schedule.core import Skipped
     from workflows.schedule.models import (
+        Run,
         ScheduleInput,
         idempotency_key,
         lifecycle_event,

@@ -538,3 +538,152 @@ def lifecycle_span_attributes(event: dict[str, Any]) -> dict[str, str | int | bo
         elif isinstance(value, str | int | bool):
             attributes[f"durability.{key}"] = value
     return attributes
+
+
+# --- the schedule's state, carried across continue-as-new (decided on by `core.ScheduleCore`)
+
+
+class StoredSchedule(BaseModel):
+    """The stored schedule; `expression is None` is a cancel tombstone of `version`."""
+
+    version: int
+    expression: str | None
+    next_at: int | None
+    jitter_ms: int
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Run(BaseModel):
+    """One tick's run, kept until its outcome is acknowledged or dead-lettered."""
+
+    scheduled_time: int
+    due_at: int
+    state: RunStatus = RunStatus.QUEUED
+    # Run starts: 0 while queued, 1 once started (S10: a run is never re-run).
+    attempt: int = 0
+    error: RunError | None = None
+    # The params stored with the version that fired this tick (not in the `runs` query).
+    params: dict[str, Any] = Field(default_factory=dict)
+    # The run stopped and its child ended; the schedule delivers its outcome (S11). Until
+    # delivered or dead-lettered it shows `complete`/`errored` and holds no slot.
+    outcome_pending: bool = False
+    # The delivery's attempts left once a continue-as-new interrupted it (None: all of
+    # `outcome_retries.max_attempts`); see `attempts_begun`.
+    delivery_attempts_left: int | None = None
+    # When its child was started (None: queued, or carried in state that did not keep it);
+    # shown by `describe`, not by the `runs` query.
+    started_at: int | None = None
+
+    def outcome(self) -> Outcome:
+        """The outcome a finished run finished with."""
+        status = "complete" if self.state == RunStatus.COMPLETE else "errored"
+        return Outcome(status=status, error=self.error)
+
+    def wire(self) -> dict[str, Any]:
+        """The run as the `runs` query returns it."""
+        return self.model_dump(
+            mode="json", include={"scheduled_time", "due_at", "state", "attempt", "error"}
+        )
+
+
+class DeadLetter(BaseModel):
+    """A run's outcome whose delivery was given up, kept so a user can see and re-drive it."""
+
+    scheduled_time: int
+    due_at: int
+    idempotency_key: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    outcome: Outcome
+    error: RunError
+    redelivering: bool = False
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude={"params"})
+
+
+class Delivery(StrEnum):
+    """What became of an ended run's outcome (a `describe` recent run's `delivery`)."""
+
+    # Still to be delivered (the schedule's delivery, or the run's own, is going on).
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    # Its delivery gave up: it is (or was) in `dead_letters`.
+    DEAD_LETTERED = "dead_lettered"
+    # Dead-lettered, then delivered by `redeliver`.
+    REDELIVERED = "redelivered"
+    # Its run's workflow ended without delivering it (terminated or failed from outside).
+    UNDELIVERED = "undelivered"
+
+
+# How much of an error each ended run `describe` shows keeps: docs/limits.md counts the ring
+# of ended runs in the state budget.
+MAX_RECENT_ERROR_NAME = 100
+MAX_RECENT_ERROR_MESSAGE = 200
+
+
+class RecentRun(BaseModel):
+    """A run that ended, as `describe` shows it; small and bounded (errors cut)."""
+
+    scheduled_time: int
+    due_at: int
+    started_at: int | None = None
+    ended_at: int | None = None
+    # None: the run's end was reported without its outcome (a run handed over across
+    # continue-as-new that had delivered before it was told to report by signal).
+    outcome: Outcome | None = None
+    delivery: Delivery = Delivery.PENDING
+
+
+class ScheduleCounters(BaseModel):
+    """What happened to the schedule's runs and ticks, counted as they happen (state carried
+    without counters starts them with `carried_from`)."""
+
+    runs_started: int = 0
+    runs_completed: int = 0
+    runs_errored: int = 0
+    # Ticks skipped, by `SkipReason` value (the total is `ScheduleState.skipped_ticks`).
+    ticks_skipped: dict[str, int] = Field(default_factory=dict)
+    outcomes_delivered: int = 0
+    outcomes_dead_lettered: int = 0
+    outcomes_redelivered: int = 0
+
+    @classmethod
+    def carried_from(cls, state: ScheduleState) -> ScheduleCounters:
+        """Counters for carried state that has none: what that state knows (its dead letters,
+        kept and dropped); the rest counts from now."""
+        return cls(outcomes_dead_lettered=len(state.dead_letters) + state.dead_letters_dropped)
+
+
+class ScheduleState(BaseModel):
+    """Everything the schedule carries across continue-as-new."""
+
+    schedule: StoredSchedule | None = None
+    runs: dict[int, Run] = Field(default_factory=dict)
+    dropped_signals: int = 0
+    # `pause`/`unpause` (beyond S1-S14): while paused no tick fires; versions are untouched.
+    paused: bool = False
+    # Ticks not run because the queue was full or the state at its budget.
+    skipped_ticks: int = 0
+    # Outcomes whose delivery gave up (S11), newest last, for `dead_letters` / `redeliver`.
+    dead_letters: list[DeadLetter] = Field(default_factory=list)
+    dead_letters_dropped: int = 0
+    # How many more ticks may record a run (None: no limit). Set from the start field
+    # `remaining_runs` when the schedule is created (`initial_state`), then carried: the
+    # start field is passed again at every continue-as-new and read no more.
+    remaining_runs: int | None = None
+    # Why the schedule is paused (`pause {"note"}`, or the run that paused it under
+    # `pause_on_failure`); None when not paused or paused without a note.
+    pause_note: str | None = None
+    # The last RECENT_RUNS_KEPT runs that ended, oldest first (`describe`).
+    recent_runs: list[RecentRun] = Field(default_factory=list)
+    # None only in carried state without counters (`ScheduleCore` starts them).
+    counters: ScheduleCounters | None = None
+    # The scheduled_time of the last run `trigger` recorded: the next takes a later one, so a
+    # trigger never falls on a time whose run already ran (and so could not run again).
+    last_triggered_at: int | None = None
+
+
+class ScheduleWorkflowInput(ScheduleInput):
+    """The schedule's start input plus, after continue-as-new, the carried state."""
+
+    carried: ScheduleState | None = None

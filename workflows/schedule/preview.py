@@ -12,16 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from workflows.schedule import cron
-from workflows.schedule.core import (
-    ScheduleCore,
-    ScheduleState,
-    StoredSchedule,
-    initial_state,
-    parse_configure,
-)
+from workflows.schedule.core import ScheduleCore, initial_state, parse_configure
 from workflows.schedule.cron import NextOccurrence
 from workflows.schedule.crontab import DaylightSaving
-from workflows.schedule.models import DstPolicy, ScheduleInput
+from workflows.schedule.models import DstPolicy, ScheduleInput, ScheduleState, StoredSchedule
 from workflows.schedule.set_rules import parse_new_set
 
 MAX_PREVIEW_TIMES = 50

@@ -14,7 +14,7 @@ from temporalio import workflow
 
 from workflows import search_attributes
 from workflows.schedule import status
-from workflows.schedule.core import ScheduleState
+from workflows.schedule.models import ScheduleState
 from workflows.schedule.patches import STATE_MEMO_PATCH
 
 

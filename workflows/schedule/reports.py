@@ -20,11 +20,12 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from workflows.kernel import ShellKernel, now_ms
-    from workflows.schedule.core import Run, ScheduleCore
+    from workflows.schedule.core import ScheduleCore
     from workflows.schedule.delivery import Deliveries, send_progress
     from workflows.schedule.models import (
         RUN_INTERRUPTED_ERROR,
         Outcome,
+        Run,
         RunError,
         ScheduledRunInput,
         ScheduledRunObject,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from workflows.schedule.core import RecentRun, ScheduleState
+from workflows.schedule.models import RecentRun, ScheduleState
 
 # `DurabilityNextTickAt` is refreshed when the next tick moves earlier, or later by more than
 # this: each upsert is a billed action and a visibility write, so not on every tick.
