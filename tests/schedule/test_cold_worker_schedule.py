@@ -499,7 +499,7 @@ async def test_trigger_after_a_run_ends_by_completion_on_a_cold_worker(client: C
     """A run that reports only by completing ends in a workflow task that frees its slot and
     starts nothing; a cold worker must then accept a `trigger` that needs that slot.
 
-    This guards the barrier in `_watch_run` (`_send_progress` after `_run_ended`), which
+    This guards the barrier in `RunReports._watch` (`send_progress` after `acknowledged`), which
     the matrix does not need: there the schedule has one slot, so every run takes the last
     free slot and frees it by `run_settled` before it completes. Here there are two slots and
     no queue: run A starts first (not the last slot, so it reports only by completing), run B

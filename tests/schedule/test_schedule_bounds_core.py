@@ -308,16 +308,16 @@ def test_an_errored_run_pauses_the_schedule_with_a_note_naming_it_and_unpause_cl
     assert core.state.pause_note is None and core.next_wake_at() == 6_000
 
 
-@pytest.mark.parametrize("path", ["settle", "run_ended", "stopped"])
+@pytest.mark.parametrize("path", ["finish", "acknowledged", "finished_to_deliver"])
 def test_every_way_a_run_reports_an_error_pauses_and_a_complete_one_does_not(path: str) -> None:
     for outcome, pauses in ((Outcome(status="complete"), False), (errored(), True)):
         core = bounded_core(pause_on_failure=True)
         set_every(core, 1_000, 0)
         core.tick(1_000)
         core.take_startable()
-        if path == "settle":
+        if path == "finish":
             core.finish(1_000, outcome)
-        elif path == "run_ended":
+        elif path == "acknowledged":
             assert core.acknowledged(1_000, "acct:1000", outcome) is pauses
         else:
             assert core.finished_to_deliver(1_000, outcome) is pauses
