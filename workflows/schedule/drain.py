@@ -4,10 +4,10 @@ Temporal refuses a continue-as-new that races a new event (a child's completion,
 and fails that workflow task. So once the history is long the schedule starts no run and
 waits until every run it started has ended. A run still going once the wait has added as
 many events as the continue-as-new threshold (at most `CONTINUE_AS_NEW_DRAIN_EVENTS`) is
-handed over to signal reporting (`run.hand_over`): a run that never ends must not grow the
+handed over to signal reporting (`reports.hand_over`): a run that never ends must not grow the
 history forever. Outcome deliveries do not hold the drain (one in its retry backoff adds no
 events and could hold it for minutes): they are cancelled and carried when the run closes
-(`redelivery.Deliveries.stop`).
+(`delivery.Deliveries.stop`).
 """
 
 from __future__ import annotations
