@@ -45,9 +45,9 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from workflows.budget import STATE_BUDGET_BYTES
 from workflows.ledger import LEDGER_ID_PREFIX
@@ -63,7 +63,6 @@ from workflows.ledger.models import (
     LedgerCounters,
     LedgerInput,
     LedgerState,
-    Lenient,
     OperationIntent,
     OperationPhase,
     OperationRecord,
@@ -75,6 +74,7 @@ from workflows.ledger.models import (
     RequestStatus,
     RetryConfig,
     SkipInput,
+    SnapshotQuery,
     StopInput,
 )
 from workflows.limits import MAX_JSON_DEPTH, id_form_problem, id_problem, json_depth
@@ -275,6 +275,22 @@ def validate_enqueue(
     return batch
 
 
+def check_update(name: str, state: LedgerState, config: LedgerConfig, payload: Any) -> None:
+    """What the validator of update `name` checks of its `payload` (JSON values) against the
+    state and the settings; InvalidRequest (or LedgerStopped) naming the field and value."""
+    checks: dict[str, Callable[[], object]] = {
+        "enqueue": lambda: validate_enqueue(state, payload, config),
+        "hold": lambda: validate_hold(state, payload),
+        "release": lambda: validate_release(state, payload),
+        "settle": lambda: validate_empty(state, "settle", payload),
+        "resume": lambda: validate_empty(state, "resume", payload),
+        "skip": lambda: validate_skip(state, payload),
+        "configure": lambda: validate_configure(state, payload, config),
+        "stop": lambda: validate_stop(state, payload),
+    }
+    checks[name]()
+
+
 def check_participants(
     batch: EnqueueInput, config: LedgerConfig, refuse: Callable[[], bool] = lambda: True
 ) -> None:
@@ -338,10 +354,14 @@ def intent_conflicts(state: LedgerState, intent: OperationIntent) -> bool:
     return canonical_intent(intent) != canonical_intent(record.intent)
 
 
-def count_signal_conflicts(state: LedgerState, conflicts: list[str]) -> int:
-    """An `enqueue` signal named known IDs with other intents; returns the count so far."""
+def count_signal_conflicts(state: LedgerState, conflicts: list[str]) -> str:
+    """An `enqueue` signal named known IDs with other intents: counted; returns what to log."""
     state.signal_conflicts += len(conflicts)
-    return state.signal_conflicts
+    shown = ", ".join(repr(c) for c in conflicts[:10]) + (" ..." if len(conflicts) > 10 else "")
+    return (
+        f"enqueue signal: {len(conflicts)} known IDs sent with another intent, not recorded "
+        f"({state.signal_conflicts} so far): {shown}"
+    )
 
 
 # ---------------------------------------------------------------- dispatch (L3-L5)
@@ -1712,21 +1732,6 @@ def details(state: LedgerState) -> str:
         f"{head}Operations: {counts or 'none'}  \n"
         f"Canvases claimed: {len(state.claims)}; holds: {len(state.holds)}"
     )
-
-
-SNAPSHOT_PAGE_DEFAULT = 200
-SNAPSHOT_PAGE_MAX = 300
-
-
-class SnapshotQuery(BaseModel):
-    """Arguments of the `snapshot` query (all optional): operations in `phase`, with a
-    sequence greater than `after` (the previous page's `next_after`), at most `limit`."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    phase: Annotated[OperationPhase | None, Lenient] = None
-    after: int | None = None
-    limit: int = Field(default=SNAPSHOT_PAGE_DEFAULT, ge=1, le=SNAPSHOT_PAGE_MAX)
 
 
 def parse_snapshot_query(raw: Any) -> SnapshotQuery:

@@ -424,3 +424,18 @@ class GrantInput(BaseModel):
 
     launch: int
     attempt: int
+
+
+SNAPSHOT_PAGE_DEFAULT = 200
+SNAPSHOT_PAGE_MAX = 300
+
+
+class SnapshotQuery(BaseModel):
+    """Arguments of the `snapshot` query (all optional): operations in `phase`, with a
+    sequence greater than `after` (the previous page's `next_after`), at most `limit`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    phase: Annotated[OperationPhase | None, Lenient] = None
+    after: int | None = None
+    limit: int = Field(default=SNAPSHOT_PAGE_DEFAULT, ge=1, le=SNAPSHOT_PAGE_MAX)

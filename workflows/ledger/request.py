@@ -15,7 +15,6 @@ durable timer and keeps its slot.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -23,9 +22,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
-    ChildWorkflowError,
     FailureError,
-    WorkflowAlreadyStartedError,
     is_cancelled_exception,
 )
 
@@ -33,20 +30,16 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from workflows import SANDBOXED, metrics
-    from workflows.kernel import ShellKernel, now_ms, refusal
+    from workflows.kernel import now_ms, refusal
     from workflows.ledger import (
         FROZEN_REQUEST_WORKFLOW,
         core,
         ledger_workflow_id,
-        request_workflow_id,
     )
     from workflows.ledger.models import (
         FrozenRequestInput,
         GrantInput,
-        LedgerConfig,
-        LedgerState,
         RequestAction,
-        RequestRecord,
         RequestReport,
     )
     from workflows.validation import INVALID_START_INPUT, format_validation_error
@@ -62,15 +55,9 @@ COMPLETE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maxim
 COMPLETE_PATCH = "ledger-complete-activity"
 # A FrozenRequest continues-as-new after this many non-final attempts (bounded history).
 REQUEST_ATTEMPTS_PER_RUN = 200
-# How many times (a second apart) the ledger tries to start a request whose workflow ID is
-# still taken by the request's previous run (before `resume`).
-CHILD_START_TRIES = 60
 # Recorded (as a patch marker) by a `FrozenRequest` started in `final_query` mode that asks
 # once and ends; a run recorded without it (an older worker ignored the field) loops as before.
 STOP_FINAL_QUERY_PATCH = "stop-final-query"
-# Recorded (as a patch marker) by a ledger run the first time it starts a request that waits
-# for grants between attempts; runs recorded without it start requests on their own timers.
-LEDGER_GRANTS_PATCH = "ledger-grants-retry-slots"
 # Recorded by a `FrozenRequest` run the first time it waits for a grant (never on the happy
 # path); a run recorded without it (an older worker ran it) sleeps its own timer.
 REQUEST_GRANTS_PATCH = "frozen-request-grants"
@@ -102,40 +89,6 @@ def failure_message(error: BaseException) -> str:
     return str(cause) or type(cause).__name__
 
 
-async def start_request(
-    ledger_id: str, request_id: str, child_input: FrozenRequestInput, operations: str
-) -> workflow.ChildWorkflowHandle[Any, Any] | None:
-    """Start the request's `FrozenRequest` child (ABANDON: continue-as-new never terminates a
-    request in flight); None when its workflow ID stayed taken for every try."""
-    for _ in range(CHILD_START_TRIES):
-        try:
-            return await workflow.start_child_workflow(
-                FROZEN_REQUEST_WORKFLOW,
-                child_input,
-                id=request_workflow_id(ledger_id, request_id),
-                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                static_summary=f"request {request_id} for {operations}",
-            )
-        except WorkflowAlreadyStartedError:
-            # The previous run of this request (before resume) is still closing.
-            await workflow.sleep(timedelta(seconds=1))
-    return None
-
-
-async def cancel_request(ledger_id: str, request_id: str) -> bool:
-    """Cancel a request started by an earlier run of the ledger (no handle here); a request
-    that already closed is left as it is (False)."""
-    child = workflow.get_external_workflow_handle(request_workflow_id(ledger_id, request_id))
-    try:
-        await child.cancel()
-    except FailureError as error:
-        if is_cancelled_exception(error):
-            raise
-        workflow.logger.info("request %s already closed: %s", request_id, error)
-        return False
-    return True
-
-
 def _answer(raw: Any) -> str:
     """The `answer` label of a submit/query answer: blocked, one of the outcomes, or unknown."""
     status = core.normalize_status(raw)
@@ -146,29 +99,6 @@ def _answer(raw: Any) -> str:
     return (
         "unresolved" if isinstance(raw, dict) and raw.get("outcome") == "unresolved" else "unknown"
     )
-
-
-def apply_final_report(state: LedgerState, config: LedgerConfig, report: RequestReport) -> bool:
-    """`core.finish`, counted in the metrics when it took effect: a request's end, reported by
-    its `request_finished` signal or its child's result (whichever is first)."""
-    # Counted before `finish`: its compaction may drop a resolved request from the state
-    # (`retention.resolved_operations: 0`).
-    known = state.requests.get(report.request_id)
-    operations = len(known.operation_ids) if known is not None else 0
-    if not core.finish(state, config, report):
-        return False
-    if report.phase == "resolved":
-        metrics.operations("resolved", operations)
-    else:
-        metrics.request_blocked("far_side", operations)
-    return True
-
-
-def interrupted(state: LedgerState, request_id: str, reason: str, stopped: bool) -> None:
-    """`core.request_interrupted`, counted when it blocked the request (not on `stop`)."""
-    if core.request_interrupted(state, request_id, reason, stopped) and not stopped:
-        kind = reason.split(":", 1)[0]
-        metrics.request_blocked(kind, len(state.requests[request_id].operation_ids))
 
 
 def _raise_if_cancel_requested() -> None:
@@ -439,158 +369,3 @@ class FrozenRequestWorkflow:
             workflow.logger.warning("cannot report %s to the ledger: %s", name, error)
             return False
         return True
-
-
-class RequestRuns:
-    """The ledger's side of each request's life: it starts the request's `FrozenRequest`
-    child and awaits its end (reported by signal, by its result, or by a failure), and
-    applies it to the ledger's state. `send_progress` is the ledger's progress barrier."""
-
-    def __init__(
-        self,
-        ledger_id: str,
-        state: LedgerState,
-        config: LedgerConfig,
-        kernel: ShellKernel,
-        send_progress: Callable[[], None],
-    ) -> None:
-        self._ledger_id, self._state, self._config = ledger_id, state, config
-        self._kernel = kernel
-        self._send_progress = send_progress
-        # The task of each request's life, by request ID. It leaves the mapping at the end of
-        # its own body, before any other task can read it (not by a done-callback).
-        self.tasks: dict[str, asyncio.Task[None]] = {}
-        # Requests whose child is being started: continuing as new now would lose the start.
-        self.starting: set[str] = set()
-        # Requests whose grant signal is being sent: continuing as new now would lose it.
-        self.granting: dict[str, asyncio.Task[None]] = {}
-
-    def use_config(self, config: LedgerConfig) -> None:
-        """Requests started from now on get `config`'s activities and retry (`configure`);
-        those started before keep what their input says."""
-        self._config = config
-
-    def launch(self, request_id: str) -> None:
-        """Start the request's life; a relaunch (resume) waits for the earlier one to end."""
-        previous = self.tasks.get(request_id)
-        self.tasks[request_id] = asyncio.create_task(self._run(request_id, previous))
-
-    def grant(self, request: RequestRecord) -> None:
-        """Send a request `core.pump` granted a slot (L4) its `grant` (a request started by an
-        earlier run of the ledger too: the signal goes by workflow ID)."""
-        send = self._grant(request.id, request.launch, request.attempt)
-        self.granting[request.id] = asyncio.create_task(send)
-
-    def cancel(self, request_id: str) -> None:
-        """End the waiting loop of a request the core blocked (it is recorded already): its
-        task's, or by workflow ID when an earlier run of the ledger started it."""
-        task = self.tasks.get(request_id)
-        if task is not None:
-            task.cancel()
-            return
-        self.granting[request_id] = asyncio.create_task(self._cancel(request_id))
-
-    async def _cancel(self, request_id: str) -> None:
-        core.cancel_by_id(self._state, request_id)
-        try:
-            if not await cancel_request(self._ledger_id, request_id):
-                core.final_report_arrived(self._state, request_id)  # closed: nothing to come
-        finally:
-            self.granting.pop(request_id, None)
-
-    async def _grant(self, request_id: str, launch: int, attempt: int) -> None:
-        child = workflow.get_external_workflow_handle(
-            request_workflow_id(self._ledger_id, request_id)
-        )
-        try:
-            await child.signal("grant", {"launch": launch, "attempt": attempt})
-        except FailureError as error:
-            if is_cancelled_exception(error):
-                raise
-            # Its workflow closed without reporting (terminated from outside): blocked until
-            # resume, as when the run that started it sees it fail.
-            reason = f"request_workflow_failed: grant not delivered: {failure_message(error)}"
-            interrupted(self._state, request_id, reason, self._state.stopped)
-            self._kernel.wake()
-            self._send_progress()
-        finally:
-            self.granting.pop(request_id, None)
-
-    async def _run(self, request_id: str, previous: asyncio.Task[None] | None) -> None:
-        me = asyncio.current_task()
-        try:
-            if previous is not None:
-                await workflow.wait_condition(previous.done)
-            await self._lifetime(request_id, me)
-        except asyncio.CancelledError:
-            interrupted(self._state, request_id, "stopped", stopped=True)
-            raise
-        finally:
-            if self.tasks.get(request_id) is me:
-                del self.tasks[request_id]
-            self._kernel.wake()
-        # A request's end (or its child's) changes what the ledger decides next.
-        self._send_progress()
-
-    async def _lifetime(self, request_id: str, me: asyncio.Task[Any] | None) -> None:
-        """Start the request's child and wait for its end (reported by signal, or a failure)."""
-        state = self._state
-        # The patch is asked only where a request starts (never by a ledger on own timers).
-        grants = not self._config.own_retry_timers and workflow.patched(LEDGER_GRANTS_PATCH)
-        child_input = core.request_input(state, self._config, self._ledger_id, request_id, grants)
-        self.starting.add(request_id)
-        operations = ", ".join(state.requests[request_id].operation_ids)
-        try:
-            handle = await start_request(self._ledger_id, request_id, child_input, operations)
-        finally:
-            self.starting.discard(request_id)
-        if handle is None:
-            interrupted(state, request_id, "request_workflow_already_running", stopped=False)
-            return
-        try:
-            result = await handle
-        except ChildWorkflowError as error:
-            if self.tasks.get(request_id) is not me:
-                return  # an earlier loop of a request relaunched since (resume)
-            reason, stopped = core.request_workflow_ended(
-                state, request_id, is_cancelled_exception(error), str(error.cause)
-            )
-            interrupted(state, request_id, reason, stopped=stopped)
-            return
-        try:
-            report = core.parse_report(result)
-        except core.InvalidRequest:
-            workflow.logger.warning("request %s returned %r", request_id, result)
-            return
-        apply_final_report(state, self._config, report)
-
-    async def final_query(self, request_id: str) -> None:
-        """`stop`'s final query of one request (`core.begin_stop_query` done): start its
-        `FrozenRequest` in `final_query` mode and apply its answer; a query that ends
-        without one (its workflow failed, or cancelled at the deadline) leaves the request
-        unknown."""
-        state = self._state
-        child_input = core.stop_query_input(state, self._config, self._ledger_id, request_id)
-        operations = ", ".join(state.requests[request_id].operation_ids)
-        try:
-            handle = await start_request(self._ledger_id, request_id, child_input, operations)
-            result = None if handle is None else await handle
-        except ChildWorkflowError as error:
-            workflow.logger.warning("stop query of %s ended: %s", request_id, error.cause)
-            result = None
-        except asyncio.CancelledError:
-            core.stop_query_unanswered(state, request_id)
-            raise
-        finally:
-            self._kernel.wake()
-        try:
-            answered = (
-                result is not None
-                and core.record_stop_query(state, core.parse_report(result)) is not None
-            )
-        except core.InvalidRequest:
-            workflow.logger.warning("stop query of %s returned %r", request_id, result)
-            answered = False
-        if not answered:
-            core.stop_query_unanswered(state, request_id)
-        self._send_progress()
