@@ -23,8 +23,8 @@ and a request's submit or query. A request waiting for its retry (backoff, `retr
 after `accepted`) reports so (`awaiting_grant`), frees its slot and lane place, keeps its claims
 (L5), and waits for the ledger's grant: `plan_grants` hands slots to due retries first, by
 (retry time, sequence), then `plan_launches` and `plan_dispatches` (the seed's `pump()`). A
-request started before 0.1.1 (or with `own_retry_timers`) sleeps its own timer and counts for
-its whole loop.
+request launched without grants (`own_retry_timers`, or recorded before the ledger granted
+slots) sleeps its own timer and counts for its whole loop.
 
 Choices the rules leave open:
 - After a `blocked` status the next action is `query` (L13): a blocked submit was dispatched,
@@ -52,6 +52,7 @@ from workflows.ledger.dispatch import (
     FreezeResult,
     Pump,
     abandon_dispatch,
+    all_done,
     begin_dispatch,
     block_compile,
     block_unsupported,
@@ -67,7 +68,6 @@ from workflows.ledger.dispatch import (
     protocol_supported,
     pump,
     request_input,
-    settled,
     waiting_for,
     waiting_to_retry,
 )
@@ -239,6 +239,7 @@ __all__ = [
     "Start",
     "Step",
     "abandon_dispatch",
+    "all_done",
     "answer_at_cancel",
     "attempt_answer",
     "attempts_in_progress",
@@ -323,7 +324,6 @@ __all__ = [
     "retry_delay_ms",
     "settings_of",
     "settle_result",
-    "settled",
     "skip",
     "skip_and_compact",
     "snapshot",

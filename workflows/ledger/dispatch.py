@@ -366,7 +366,7 @@ def pump(
 
 def _echo_mismatch(compiled: dict[str, Any], op_id: str, request_id: str) -> str | None:
     """A compile result that names its operation or request must name the ones it was
-    asked for: a result delivered to the wrong operation is never frozen."""
+    asked for: a result for another operation is never frozen."""
     echoed = {"operation_id": op_id, "request_id": request_id}
     for key, expected in echoed.items():
         if key in compiled and compiled[key] != expected:
@@ -470,7 +470,7 @@ def waiting_to_retry(state: LedgerState, request_ids: Iterable[str], now_ms: int
     return True
 
 
-def settled(state: LedgerState) -> bool:
+def all_done(state: LedgerState) -> bool:
     """Nothing compiling or in flight and every operation resolved or blocked."""
     total, _ = in_flight(state)
     return total == 0 and all(r.phase in ("resolved", "blocked") for r in state.operations.values())

@@ -406,8 +406,8 @@ def validate_stop(state: LedgerState, raw: Any) -> StopInput:
 
 def begin_stop(state: LedgerState, raw: Any) -> StopInput:
     """`stop`'s handler: stop (`stop`), and the bound its final queries keep. A payload the
-    validator let through always parses; one recorded before `StopInput` existed that does
-    not (no client sent one) takes the defaults."""
+    validator let through always parses; one that does not (a history may hold one `stop`
+    once ignored) takes the defaults, so it replays."""
     stop(state)
     try:
         return parse_stop(raw)
@@ -434,8 +434,8 @@ def parse_hold(raw: Any) -> HoldInput:
 
 
 def hold_token(raw: Any, generated: str) -> str:
-    """The token a `hold` its validator accepted takes: the caller's, else `generated` (a
-    payload recorded before `HoldInput` existed, when `hold` ignored it, takes `generated`)."""
+    """The token a `hold` its validator accepted takes: the caller's, else `generated` (also for
+    a payload that does not parse, which a history may hold from when `hold` ignored it)."""
     try:
         return parse_hold(raw).token or generated
     except InvalidRequest:

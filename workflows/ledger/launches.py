@@ -70,7 +70,7 @@ async def start_request(
 
 
 async def cancel_request(ledger_id: str, request_id: str) -> bool:
-    """Cancel a request started by an earlier run of the ledger (no handle here); a request
+    """Cancel a request launched by an earlier run of the ledger (no handle here); a request
     that already closed is left as it is (False)."""
     child = workflow.get_external_workflow_handle(request_workflow_id(ledger_id, request_id))
     try:
@@ -107,9 +107,10 @@ def interrupted(state: LedgerState, request_id: str, reason: str, stopped: bool)
 
 
 class RequestRuns:
-    """The ledger's side of each request's life: it starts the request's `FrozenRequest`
-    child and awaits its end (reported by signal, by its result, or by a failure), and
-    applies it to the ledger's state. `send_progress` is the ledger's progress barrier."""
+    """The ledger's side of each request's life: it launches each request (starts its
+    `FrozenRequest` child), awaits its end (reported by signal, by its result, or by a
+    failure) and applies it to the ledger's state. `send_progress` is the ledger's progress
+    barrier."""
 
     def __init__(
         self,
@@ -131,8 +132,8 @@ class RequestRuns:
         self.granting: dict[str, asyncio.Task[None]] = {}
 
     def use_settings(self, config: LedgerConfig) -> None:
-        """Requests started from now on get `config`'s activities and retry (`configure`);
-        those started before keep what their input says."""
+        """Requests launched from now on get `config`'s activities and retry (`configure`);
+        those launched before keep what their input says."""
         self._config = config
 
     def launch(self, request_id: str) -> None:
@@ -141,14 +142,14 @@ class RequestRuns:
         self.tasks[request_id] = asyncio.create_task(self._run(request_id, previous))
 
     def grant(self, request: RequestRecord) -> None:
-        """Send a request `core.pump` granted a slot (L4) its `grant` (a request started by an
+        """Send a request `core.pump` granted a slot (L4) its `grant` (a request launched by an
         earlier run of the ledger too: the signal goes by workflow ID)."""
         send = self._grant(request.id, request.launch, request.attempt)
         self.granting[request.id] = asyncio.create_task(send)
 
     def cancel(self, request_id: str) -> None:
         """End the waiting loop of a request the core blocked (it is recorded already): its
-        task's, or by workflow ID when an earlier run of the ledger started it."""
+        task's, or by workflow ID when an earlier run of the ledger launched it."""
         task = self.tasks.get(request_id)
         if task is not None:
             task.cancel()
@@ -173,7 +174,7 @@ class RequestRuns:
             if is_cancelled_exception(error):
                 raise
             # Its workflow closed without reporting (terminated from outside): blocked until
-            # resume, as when the run that started it sees it fail.
+            # resume, as when the run that launched it sees it fail.
             reason = f"request_workflow_failed: grant not delivered: {failure_message(error)}"
             interrupted(self._state, request_id, reason, self._state.stopped)
             self._kernel.wake()
@@ -200,7 +201,7 @@ class RequestRuns:
     async def _lifetime(self, request_id: str, me: asyncio.Task[Any] | None) -> None:
         """Start the request's child and wait for its end (reported by signal, or a failure)."""
         state = self._state
-        # The patch is asked only where a request starts (never by a ledger on own timers).
+        # The patch is asked only where a request is launched (never by a ledger on own timers).
         grants = not self._config.own_retry_timers and workflow.patched(LEDGER_GRANTS_PATCH)
         child_input = core.request_input(state, self._config, self._ledger_id, request_id, grants)
         self.starting.add(request_id)

@@ -34,10 +34,10 @@ PERMANENT_BLOCKERS = frozenset({MISSING_PARTICIPANTS, INTERPRETER_UNAVAILABLE})
 
 
 # The ledger's refusals are `InvalidRequest`s, as the schedule's are; `LedgerInputError` is
-# the name they had in 0.1.0 (on the wire too, see `FORMER_REFUSAL_TYPES`), kept for one
-# release.
+# their former name, still named on the wire (`FORMER_REFUSAL_TYPES`) for clients that match
+# on it (docs/compat.md).
 LedgerInputError = InvalidRequest
-# What the ledger's refusal types were called in 0.1.0 (sent in each refusal's details).
+# The former name of each refusal type (sent in each refusal's details).
 FORMER_REFUSAL_TYPES = {"InvalidRequest": "LedgerInputError"}
 
 
@@ -111,7 +111,7 @@ MAX_COUNTER_KIND = 40
 
 
 def counters_of(state: LedgerState) -> LedgerCounters:
-    """The state's counters. State carried from a build before them starts them from what
+    """The state's counters. A carried state without them starts them from what
     it knows (every operation ever enqueued took a sequence): `read_start` seeds them as the
     state comes, before anything changes it."""
     if state.counters is None:

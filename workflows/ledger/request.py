@@ -8,8 +8,8 @@ reaches the current run after continue-as-new), and its final report is also its
 Between attempts (L4): started with `wait_for_grants` (and once its `frozen-request-grants`
 patch marker is recorded), it reports that it waits and holds no slot until the ledger's
 `grant` signal names its launch and attempt; the ledger owns the retry clock. Otherwise (a
-request started before 0.1.1, or by a ledger with `own_retry_timers`) it sleeps its own
-durable timer and keeps its slot.
+request launched by a ledger with `own_retry_timers`, or recorded before grants) it sleeps its
+own durable timer and keeps its slot.
 """
 
 from __future__ import annotations
@@ -50,32 +50,26 @@ SEND_RETRY = RetryPolicy(maximum_attempts=1)
 # the same timeout and retry policy. Its failure after these attempts blocks the request.
 COMPLETE_TIMEOUT = timedelta(seconds=60)
 COMPLETE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3)
-# New executions call `complete_activity` (when set) under this patch; a history from before
-# it (or run by an older worker that ignored the field) replays without the call.
+# Asked before calling `complete_activity` (when set): a run recorded without the call replays.
 COMPLETE_PATCH = "ledger-complete-activity"
 # A FrozenRequest continues-as-new after this many non-final attempts (bounded history).
 REQUEST_ATTEMPTS_PER_RUN = 200
-# Recorded (as a patch marker) by a `FrozenRequest` started in `final_query` mode that asks
-# once and ends; a run recorded without it (an older worker ignored the field) loops as before.
+# Asked in `final_query` mode, which asks once and ends: a run recorded looping replays so.
 STOP_FINAL_QUERY_PATCH = "stop-final-query"
-# Recorded by a `FrozenRequest` run the first time it waits for a grant (never on the happy
-# path); a run recorded without it (an older worker ran it) sleeps its own timer.
+# Asked where a request would wait for a grant: one recorded sleeping its own timer replays.
 REQUEST_GRANTS_PATCH = "frozen-request-grants"
 # While a request waits for its grant it reports again this often (its ledger may have been
 # held a long time, or be gone): one timer per request run, started at its first wait, not
-# one per retry. If that report cannot be delivered (the ledger is closed), the request ends
+# one per retry. If that report cannot be sent (the ledger is closed), the request ends
 # as it does when a report fails.
 GRANT_WAIT = timedelta(hours=1)
-# Recorded (as a patch marker) by a `FrozenRequest` run at its first activity: a cancelled
-# submit, query or completion is awaited until it has really ended on its worker
-# (WAIT_CANCELLATION_COMPLETED), so the request's workflow ends (and `stop` asks its final
-# query) only after; and an answer whose completion `stop` interrupted is reported to the
-# ledger before the run ends, its next action `query`. A run recorded before it used
-# TRY_CANCEL and reported nothing.
+# Asked at the first activity: a cancelled submit, query or completion is awaited until it
+# has ended on its worker (WAIT_CANCELLATION_COMPLETED), so `stop` asks its final query only
+# after; and an answer whose completion `stop` interrupted is reported (next action `query`).
+# A run recorded with TRY_CANCEL, reporting nothing, replays so.
 WAIT_CANCELLED_PATCH = "frozen-request-wait-cancelled"
-# Recorded (as a patch marker) by a `FrozenRequest` run that is cancelled in its loop: it
-# sends `request_ended` to the ledger before it ends, its last report (a `stop` that
-# cancelled it by workflow ID waits for it). A run recorded before it ended without one.
+# Asked by a run cancelled in its loop: it sends `request_ended`, its last report, before it
+# ends (a `stop` that cancelled it by workflow ID waits for it).
 REPORT_END_PATCH = "frozen-request-reports-end"
 # Grants remembered per request run, by launch (a bound against stray signals).
 MAX_GRANT_LAUNCHES = 8

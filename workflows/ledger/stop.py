@@ -122,7 +122,7 @@ def cancel_at_stop(state: LedgerState, running_here: Iterable[str]) -> list[str]
 
 
 def cancel_by_id(state: LedgerState, request_id: str) -> None:
-    """The shell cancels a request an earlier run started (no handle: by workflow ID, when
+    """The shell cancels a request an earlier run launched (no handle: by workflow ID, when
     the core blocked it): a `stop` from now on waits for its last report too."""
     if request_id not in state.awaiting_final_reports:
         state.awaiting_final_reports.append(request_id)

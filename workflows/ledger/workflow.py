@@ -102,7 +102,7 @@ class OperationLedgerWorkflow(CatalogShell):
             if self._final is not None:
                 break
             if self._ready_to_continue() and await self._kernel.close_when_safe(
-                self._settle_for_close
+                self._drain_before_close
             ):
                 workflow.continue_as_new(
                     core.next_run_input(self._state, self._config, self._ledger_id)
@@ -143,7 +143,7 @@ class OperationLedgerWorkflow(CatalogShell):
             return True
         return core.waiting_to_retry(self._state, self._requests.tasks, now_ms())
 
-    async def _settle_for_close(self) -> bool:
+    async def _drain_before_close(self) -> bool:
         """The ledger's drain rule: let in-flight attempts report (bounded: see `_quiet`);
         close only if nothing since has made continuing as new unsafe."""
         if not self._quiet():
