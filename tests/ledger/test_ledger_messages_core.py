@@ -8,6 +8,7 @@ payload and refuses what it refuses of a malformed one.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -103,3 +104,19 @@ def test_configure_is_read_against_the_settings_in_effect() -> None:
     assert LEDGER_MESSAGES["configure"].parse({"concurrency": 5}).concurrency == 5
     with pytest.raises(InvalidRequest):
         LEDGER_MESSAGES["configure"].parse({"concurrency": 0})
+
+
+def test_every_message_has_its_core_check_and_its_shell_method() -> None:
+    """A message added to the catalog without its validator's check, its handler's apply or
+    its signal's receive is caught here, not by a failed workflow task."""
+    for message in LEDGER_MESSAGES:
+        if message.is_(Kind.UPDATE):
+            assert callable(getattr(OperationLedgerWorkflow, f"apply_{message.name}", None))
+            payload = VALID.get(message.name, {"concurrency": 3})
+            state = LedgerState(ledger_id="L", holds=["t"])
+            with contextlib.suppress(InvalidRequest):  # refused by the state: it was checked
+                core.check_update(message.name, state, LedgerConfig(), payload)
+        if message.is_(Kind.SIGNAL):
+            assert callable(getattr(OperationLedgerWorkflow, f"receive_{message.name}", None))
+        if message.is_(Kind.QUERY) and not message.query_takes_payload:
+            assert callable(getattr(OperationLedgerWorkflow, f"query_{message.name}", None))
