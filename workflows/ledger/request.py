@@ -30,19 +30,22 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from workflows import SANDBOXED, metrics
-    from workflows.kernel import now_ms, refusal
+    from workflows.catalog import Message
+    from workflows.handlers import CatalogShell, handlers_from
+    from workflows.kernel import now_ms, read_message, refusal
     from workflows.ledger import (
         FROZEN_REQUEST_WORKFLOW,
         core,
         ledger_workflow_id,
     )
+    from workflows.ledger.messages import REQUEST_MESSAGES
     from workflows.ledger.models import (
         FrozenRequestInput,
         GrantInput,
         RequestAction,
         RequestReport,
     )
-    from workflows.validation import INVALID_START_INPUT, format_validation_error
+    from workflows.validation import INVALID_START_INPUT, InvalidRequest, format_validation_error
 
 # The FrozenRequest loop owns retries (L7, L8): one activity attempt per submit/query.
 SEND_RETRY = RetryPolicy(maximum_attempts=1)
@@ -103,7 +106,8 @@ def _raise_if_cancel_requested() -> None:
 
 
 @workflow.defn(name=FROZEN_REQUEST_WORKFLOW, sandboxed=SANDBOXED)
-class FrozenRequestWorkflow:
+@handlers_from(REQUEST_MESSAGES)
+class FrozenRequestWorkflow(CatalogShell):
     """Submit, then query, one frozen request until it resolves or blocks (L7-L10).
 
     The request body never changes; every call carries it whole, with its idempotency key.
@@ -120,15 +124,22 @@ class FrozenRequestWorkflow:
         self._wait_cancelled: bool | None = None  # asked (patched) at the first activity
         self._attempt = 0  # attempts made, for the last report of a cancelled loop
 
-    @workflow.signal(name="grant")
-    def grant(self, raw: Any = None) -> None:
-        """The ledger's slot for the next attempt (`GrantInput`); a bad one is logged, dropped."""
+    def _on_signal(self, message: Message, raw: Any) -> None:
+        """`grant` (the only signal): a bad one is logged and dropped (a request keeps no
+        count of dropped signals)."""
         try:
-            grant = GrantInput.model_validate(raw)
+            grant = GrantInput.model_validate(read_message(f"{message.name} signal", raw))
         except ValidationError as error:
-            message = format_validation_error("grant input", error)
-            workflow.logger.warning("dropped grant signal: %s", message)
+            problem = format_validation_error("grant input", error)
+            workflow.logger.warning("dropped grant signal: %s", problem)
             return
+        except InvalidRequest as error:
+            workflow.logger.warning("dropped grant signal: %s", error)
+            return
+        self.apply_grant(grant)
+
+    def apply_grant(self, grant: GrantInput) -> None:
+        """The ledger's slot for the next attempt of this launch (an older grant is stale)."""
         if grant.launch not in self._granted and len(self._granted) >= MAX_GRANT_LAUNCHES:
             del self._granted[min(self._granted)]
         self._granted[grant.launch] = max(self._granted.get(grant.launch, -1), grant.attempt)
