@@ -18,7 +18,7 @@ from tests.ledger.test_ledger_core import dispatch_all, finish, fresh, graphs, i
 from tests.support.helpers import durability_cli, eventually, running_worker
 from tests.support.ledger import ledger_worker, operations, snapshot
 from workflows.budget import STATE_BUDGET_BYTES
-from workflows.ledger import core
+from workflows.ledger import core, models
 from workflows.ledger.models import (
     MAX_ID_LENGTH,
     MAX_REFERENCES,
@@ -170,8 +170,9 @@ def test_the_same_batch_again_with_random_changes_reports_exactly_the_changed_id
 
 def test_signal_conflicts_are_counted_carried_and_zero_in_an_older_carried_state() -> None:
     state = fresh(ORIGINAL)
-    assert core.count_signal_conflicts(state, ["a", "b"]) == 2
-    assert core.count_signal_conflicts(state, ["a"]) == 3
+    logged = core.count_signal_conflicts(state, ["a", "b"])
+    assert state.signal_conflicts == 2 and "2 known IDs" in logged and "(2 so far)" in logged
+    assert "(3 so far): 'a'" in core.count_signal_conflicts(state, ["a"])
     assert core.snapshot(state)["signal_conflicts"] == 3
     carried = core.next_run_input(state, LedgerConfig(), "L").model_dump(mode="json")
     continued = LedgerInput.model_validate(carried).carried_state
@@ -232,7 +233,7 @@ def test_a_full_ledger_waiting_on_the_most_dependencies_answers_within_the_bound
             enqueue(state, op)
             enqueued += 1
     assert core.json_size(state) <= STATE_BUDGET_BYTES
-    answer = core.snapshot(state, core.parse_snapshot_query({"limit": core.SNAPSHOT_PAGE_MAX}))
+    answer = core.snapshot(state, core.parse_snapshot_query({"limit": models.SNAPSHOT_PAGE_MAX}))
     assert len(answer["operations"]) == enqueued
     assert all(o["waiting_for"] == sorted(deps) for o in answer["operations"])
     size = len(json.dumps(answer, separators=(",", ":")))

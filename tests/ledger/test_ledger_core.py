@@ -813,7 +813,7 @@ def test_model_invariants_hold_at_every_step_and_everything_settles(
             driver.send(next(iter(driver.loops)), {"outcome": "applied"})
         else:
             break
-    assert core.settled(driver.state) or all(
+    assert core.all_done(driver.state) or all(
         r.phase in ("resolved", "blocked") or stuck_on_blocked(driver.state, op_id)
         for op_id, r in driver.state.operations.items()
     )

@@ -180,7 +180,7 @@ def test_a_kind_past_the_bound_counts_as_other() -> None:
     state = LedgerState(ledger_id="L")
     counts: dict[str, int] = {}
     for n in range(core.MAX_COUNTER_KINDS + 3):
-        core._bump(counts, f"kind-{n}" + "x" * 100)
+        core.bump(counts, f"kind-{n}" + "x" * 100)
     assert len(counts) == core.MAX_COUNTER_KINDS + 1
     assert counts["other"] == 3
     assert all(len(kind) <= core.MAX_COUNTER_KIND for kind in counts)

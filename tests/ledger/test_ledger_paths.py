@@ -218,7 +218,7 @@ async def test_a_request_whose_workflow_id_is_taken_blocks_as_already_running(
     workflow holds that ID the start is retried, then the request is blocked with
     `request_workflow_already_running` until a later `resume` (tries cut from 60 to 2
     here, so the test does not wait a minute)."""
-    monkeypatch.setattr("workflows.ledger.request.CHILD_START_TRIES", 2)
+    monkeypatch.setattr("workflows.ledger.launches.CHILD_START_TRIES", 2)
     fixed = {"yes": False}
 
     def answer(method: str, _request_id: str, _count: int) -> Answer:

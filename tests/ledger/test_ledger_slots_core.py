@@ -114,7 +114,7 @@ def test_one_pump_counts_only_attempts_in_progress_and_grants_in_order(
     state = build(named + ready, config)
     now = 1_000
     for op in named:
-        if core.in_flight(state)[0] >= concurrency or not core._fits(
+        if core.in_flight(state)[0] >= concurrency or not core.fits(
             config, *core.in_flight(state), op["type"]
         ):
             continue
@@ -136,7 +136,7 @@ def test_one_pump_counts_only_attempts_in_progress_and_grants_in_order(
     total, by_type = core.in_flight(state)
     for request in state.requests.values():
         if request.waiting and (request.retry_at or 0) <= now:
-            assert not core._fits(config, total, by_type, request.operation_type)
+            assert not core.fits(config, total, by_type, request.operation_type)
 
 
 @settings(max_examples=60, deadline=None)

@@ -119,7 +119,7 @@ class LedgerConfig(BaseModel):
     ledger_id: str | None = None
     concurrency: int = Field(default=2, ge=1, le=1000)
     # 1..1000 per type for a new start and for `configure`; a lane outside that carried by
-    # continue-as-new (earlier builds took 0 or below) is kept: that type never dispatches.
+    # continue-as-new is kept (a carried state is never refused): that type never dispatches.
     lanes: dict[str, int] = Field(default_factory=_default_lanes)
     participant_free_types: list[str] = Field(default_factory=_default_participant_free)
     supported_protocol_versions: list[int] = Field(default_factory=lambda: [1])
@@ -147,8 +147,8 @@ class LedgerConfig(BaseModel):
     # compile runs on another task queue or in another SDK.
     local_compile: bool = False
     # Not part of the wire contract (the bench sets it): each request sleeps its own retry
-    # timer and keeps its slot while it waits, as in 0.1.0, instead of waiting for the
-    # ledger's grant (L4). Left out of the continued run's input while off (a rolling upgrade).
+    # timer and keeps its slot while it waits, instead of waiting for the ledger's grant
+    # (L4). Left out of the continued run's input while off (a rolling upgrade).
     own_retry_timers: bool = False
     retention: RetentionConfig = Field(default_factory=lambda: RetentionConfig())
 
@@ -167,9 +167,9 @@ class LedgerConfig(BaseModel):
 
     @model_serializer(mode="wrap")
     def _leave_out_unset(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """Settings newer than 0.1.0 are written only when set (`core.next_run_input` leaves
-        them unset while they have their defaults): a worker of an earlier release refuses
-        a start input with a field it does not know."""
+        """The settings in LEFT_OUT_UNSET are written only when set (`core.next_run_input`
+        leaves them unset while they have their defaults): during a rolling upgrade a worker
+        that does not know them yet refuses a start input with a field it does not know."""
         data = handler(self)
         if isinstance(data, dict):
             for name in LEFT_OUT_UNSET:
@@ -315,7 +315,7 @@ class RequestRecord(BaseModel):
 
 
 class LedgerCounters(BaseModel):
-    """What happened since the ledger's first run on a build with counters (0.1.1); the
+    """What happened since the ledger started counting (see `core.counters_of`); the
     snapshot's `counters`. Every dict is keyed by a small fixed vocabulary."""
 
     operations_enqueued: int = 0
@@ -359,7 +359,7 @@ class LedgerState(BaseModel):
     # Requests an earlier run started, cancelled by workflow ID (at `stop`, or blocked by the
     # core), whose last report (`request_ended`) has not arrived yet: `stop` waits for them.
     awaiting_final_reports: list[str] = Field(default_factory=list)
-    # None only in state carried from a build before counters (see `core.counters_of`).
+    # None only in a carried state without counters (see `core.counters_of`).
     counters: LedgerCounters | None = None
 
 
@@ -391,8 +391,8 @@ class FrozenRequestInput(BaseModel):
     # (behind the `stop-final-query` patch in the child).
     final_query: bool = False
     # After a non-final attempt, report it and wait for the ledger's `grant` (the ledger owns
-    # the retry clock and the slot, L4) instead of sleeping its own timer. False: the 0.1.0
-    # loop (a request started before the upgrade, or by a ledger that keeps own timers).
+    # the retry clock and the slot, L4) instead of sleeping its own timer. False: it sleeps its
+    # own timers (launched by a ledger that keeps own timers, or recorded before grants).
     wait_for_grants: bool = False
 
     @model_validator(mode="after")
@@ -424,3 +424,18 @@ class GrantInput(BaseModel):
 
     launch: int
     attempt: int
+
+
+SNAPSHOT_PAGE_DEFAULT = 200
+SNAPSHOT_PAGE_MAX = 300
+
+
+class SnapshotQuery(BaseModel):
+    """Arguments of the `snapshot` query (all optional): operations in `phase`, with a
+    sequence greater than `after` (the previous page's `next_after`), at most `limit`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    phase: Annotated[OperationPhase | None, Lenient] = None
+    after: int | None = None
+    limit: int = Field(default=SNAPSHOT_PAGE_DEFAULT, ge=1, le=SNAPSHOT_PAGE_MAX)

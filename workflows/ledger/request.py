@@ -8,14 +8,13 @@ reaches the current run after continue-as-new), and its final report is also its
 Between attempts (L4): started with `wait_for_grants` (and once its `frozen-request-grants`
 patch marker is recorded), it reports that it waits and holds no slot until the ledger's
 `grant` signal names its launch and attempt; the ledger owns the retry clock. Otherwise (a
-request started before 0.1.1, or by a ledger with `own_retry_timers`) it sleeps its own
-durable timer and keeps its slot.
+request launched by a ledger with `own_retry_timers`, or recorded before grants) it sleeps its
+own durable timer and keeps its slot.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -23,9 +22,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
-    ChildWorkflowError,
     FailureError,
-    WorkflowAlreadyStartedError,
     is_cancelled_exception,
 )
 
@@ -33,23 +30,22 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from workflows import SANDBOXED, metrics
-    from workflows.kernel import ShellKernel, now_ms, refusal
+    from workflows.catalog import Message
+    from workflows.handlers import CatalogShell, handlers_from
+    from workflows.kernel import now_ms, read_message, refusal
     from workflows.ledger import (
         FROZEN_REQUEST_WORKFLOW,
         core,
         ledger_workflow_id,
-        request_workflow_id,
     )
+    from workflows.ledger.messages import REQUEST_MESSAGES
     from workflows.ledger.models import (
         FrozenRequestInput,
         GrantInput,
-        LedgerConfig,
-        LedgerState,
         RequestAction,
-        RequestRecord,
         RequestReport,
     )
-    from workflows.validation import INVALID_START_INPUT, format_validation_error
+    from workflows.validation import INVALID_START_INPUT, InvalidRequest, format_validation_error
 
 # The FrozenRequest loop owns retries (L7, L8): one activity attempt per submit/query.
 SEND_RETRY = RetryPolicy(maximum_attempts=1)
@@ -57,38 +53,26 @@ SEND_RETRY = RetryPolicy(maximum_attempts=1)
 # the same timeout and retry policy. Its failure after these attempts blocks the request.
 COMPLETE_TIMEOUT = timedelta(seconds=60)
 COMPLETE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3)
-# New executions call `complete_activity` (when set) under this patch; a history from before
-# it (or run by an older worker that ignored the field) replays without the call.
+# Asked before calling `complete_activity` (when set): a run recorded without the call replays.
 COMPLETE_PATCH = "ledger-complete-activity"
 # A FrozenRequest continues-as-new after this many non-final attempts (bounded history).
 REQUEST_ATTEMPTS_PER_RUN = 200
-# How many times (a second apart) the ledger tries to start a request whose workflow ID is
-# still taken by the request's previous run (before `resume`).
-CHILD_START_TRIES = 60
-# Recorded (as a patch marker) by a `FrozenRequest` started in `final_query` mode that asks
-# once and ends; a run recorded without it (an older worker ignored the field) loops as before.
+# Asked in `final_query` mode, which asks once and ends: a run recorded looping replays so.
 STOP_FINAL_QUERY_PATCH = "stop-final-query"
-# Recorded (as a patch marker) by a ledger run the first time it starts a request that waits
-# for grants between attempts; runs recorded without it start requests on their own timers.
-LEDGER_GRANTS_PATCH = "ledger-grants-retry-slots"
-# Recorded by a `FrozenRequest` run the first time it waits for a grant (never on the happy
-# path); a run recorded without it (an older worker ran it) sleeps its own timer.
+# Asked where a request would wait for a grant: one recorded sleeping its own timer replays.
 REQUEST_GRANTS_PATCH = "frozen-request-grants"
 # While a request waits for its grant it reports again this often (its ledger may have been
 # held a long time, or be gone): one timer per request run, started at its first wait, not
-# one per retry. If that report cannot be delivered (the ledger is closed), the request ends
+# one per retry. If that report cannot be sent (the ledger is closed), the request ends
 # as it does when a report fails.
 GRANT_WAIT = timedelta(hours=1)
-# Recorded (as a patch marker) by a `FrozenRequest` run at its first activity: a cancelled
-# submit, query or completion is awaited until it has really ended on its worker
-# (WAIT_CANCELLATION_COMPLETED), so the request's workflow ends (and `stop` asks its final
-# query) only after; and an answer whose completion `stop` interrupted is reported to the
-# ledger before the run ends, its next action `query`. A run recorded before it used
-# TRY_CANCEL and reported nothing.
+# Asked at the first activity: a cancelled submit, query or completion is awaited until it
+# has ended on its worker (WAIT_CANCELLATION_COMPLETED), so `stop` asks its final query only
+# after; and an answer whose completion `stop` interrupted is reported (next action `query`).
+# A run recorded with TRY_CANCEL, reporting nothing, replays so.
 WAIT_CANCELLED_PATCH = "frozen-request-wait-cancelled"
-# Recorded (as a patch marker) by a `FrozenRequest` run that is cancelled in its loop: it
-# sends `request_ended` to the ledger before it ends, its last report (a `stop` that
-# cancelled it by workflow ID waits for it). A run recorded before it ended without one.
+# Asked by a run cancelled in its loop: it sends `request_ended`, its last report, before it
+# ends (a `stop` that cancelled it by workflow ID waits for it).
 REPORT_END_PATCH = "frozen-request-reports-end"
 # Grants remembered per request run, by launch (a bound against stray signals).
 MAX_GRANT_LAUNCHES = 8
@@ -100,40 +84,6 @@ def failure_message(error: BaseException) -> str:
     while isinstance(cause, FailureError) and cause.cause is not None:
         cause = cause.cause
     return str(cause) or type(cause).__name__
-
-
-async def start_request(
-    ledger_id: str, request_id: str, child_input: FrozenRequestInput, operations: str
-) -> workflow.ChildWorkflowHandle[Any, Any] | None:
-    """Start the request's `FrozenRequest` child (ABANDON: continue-as-new never terminates a
-    request in flight); None when its workflow ID stayed taken for every try."""
-    for _ in range(CHILD_START_TRIES):
-        try:
-            return await workflow.start_child_workflow(
-                FROZEN_REQUEST_WORKFLOW,
-                child_input,
-                id=request_workflow_id(ledger_id, request_id),
-                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                static_summary=f"request {request_id} for {operations}",
-            )
-        except WorkflowAlreadyStartedError:
-            # The previous run of this request (before resume) is still closing.
-            await workflow.sleep(timedelta(seconds=1))
-    return None
-
-
-async def cancel_request(ledger_id: str, request_id: str) -> bool:
-    """Cancel a request started by an earlier run of the ledger (no handle here); a request
-    that already closed is left as it is (False)."""
-    child = workflow.get_external_workflow_handle(request_workflow_id(ledger_id, request_id))
-    try:
-        await child.cancel()
-    except FailureError as error:
-        if is_cancelled_exception(error):
-            raise
-        workflow.logger.info("request %s already closed: %s", request_id, error)
-        return False
-    return True
 
 
 def _answer(raw: Any) -> str:
@@ -148,29 +98,6 @@ def _answer(raw: Any) -> str:
     )
 
 
-def apply_final_report(state: LedgerState, config: LedgerConfig, report: RequestReport) -> bool:
-    """`core.finish`, counted in the metrics when it took effect: a request's end, reported by
-    its `request_finished` signal or its child's result (whichever is first)."""
-    # Counted before `finish`: its compaction may drop a resolved request from the state
-    # (`retention.resolved_operations: 0`).
-    known = state.requests.get(report.request_id)
-    operations = len(known.operation_ids) if known is not None else 0
-    if not core.finish(state, config, report):
-        return False
-    if report.phase == "resolved":
-        metrics.operations("resolved", operations)
-    else:
-        metrics.request_blocked("far_side", operations)
-    return True
-
-
-def interrupted(state: LedgerState, request_id: str, reason: str, stopped: bool) -> None:
-    """`core.request_interrupted`, counted when it blocked the request (not on `stop`)."""
-    if core.request_interrupted(state, request_id, reason, stopped) and not stopped:
-        kind = reason.split(":", 1)[0]
-        metrics.request_blocked(kind, len(state.requests[request_id].operation_ids))
-
-
 def _raise_if_cancel_requested() -> None:
     """A cancel that arrives while an operation completes anyway (a signal already delivered,
     an activity already finished) is absorbed by that operation; stop here instead."""
@@ -179,7 +106,8 @@ def _raise_if_cancel_requested() -> None:
 
 
 @workflow.defn(name=FROZEN_REQUEST_WORKFLOW, sandboxed=SANDBOXED)
-class FrozenRequestWorkflow:
+@handlers_from(REQUEST_MESSAGES)
+class FrozenRequestWorkflow(CatalogShell):
     """Submit, then query, one frozen request until it resolves or blocks (L7-L10).
 
     The request body never changes; every call carries it whole, with its idempotency key.
@@ -196,15 +124,22 @@ class FrozenRequestWorkflow:
         self._wait_cancelled: bool | None = None  # asked (patched) at the first activity
         self._attempt = 0  # attempts made, for the last report of a cancelled loop
 
-    @workflow.signal(name="grant")
-    def grant(self, raw: Any = None) -> None:
-        """The ledger's slot for the next attempt (`GrantInput`); a bad one is logged, dropped."""
+    def _on_signal(self, message: Message, raw: Any) -> None:
+        """`grant` (the only signal): a bad one is logged and dropped (a request keeps no
+        count of dropped signals)."""
         try:
-            grant = GrantInput.model_validate(raw)
+            grant = GrantInput.model_validate(read_message(f"{message.name} signal", raw))
         except ValidationError as error:
-            message = format_validation_error("grant input", error)
-            workflow.logger.warning("dropped grant signal: %s", message)
+            problem = format_validation_error("grant input", error)
+            workflow.logger.warning("dropped grant signal: %s", problem)
             return
+        except InvalidRequest as error:
+            workflow.logger.warning("dropped grant signal: %s", error)
+            return
+        self.apply_grant(grant)
+
+    def apply_grant(self, grant: GrantInput) -> None:
+        """The ledger's slot for the next attempt of this launch (an older grant is stale)."""
         if grant.launch not in self._granted and len(self._granted) >= MAX_GRANT_LAUNCHES:
             del self._granted[min(self._granted)]
         self._granted[grant.launch] = max(self._granted.get(grant.launch, -1), grant.attempt)
@@ -439,158 +374,3 @@ class FrozenRequestWorkflow:
             workflow.logger.warning("cannot report %s to the ledger: %s", name, error)
             return False
         return True
-
-
-class RequestRuns:
-    """The ledger's side of each request's life: it starts the request's `FrozenRequest`
-    child and awaits its end (reported by signal, by its result, or by a failure), and
-    applies it to the ledger's state. `send_progress` is the ledger's progress barrier."""
-
-    def __init__(
-        self,
-        ledger_id: str,
-        state: LedgerState,
-        config: LedgerConfig,
-        kernel: ShellKernel,
-        send_progress: Callable[[], None],
-    ) -> None:
-        self._ledger_id, self._state, self._config = ledger_id, state, config
-        self._kernel = kernel
-        self._send_progress = send_progress
-        # The task of each request's life, by request ID. It leaves the mapping at the end of
-        # its own body, before any other task can read it (not by a done-callback).
-        self.tasks: dict[str, asyncio.Task[None]] = {}
-        # Requests whose child is being started: continuing as new now would lose the start.
-        self.starting: set[str] = set()
-        # Requests whose grant signal is being sent: continuing as new now would lose it.
-        self.granting: dict[str, asyncio.Task[None]] = {}
-
-    def use_config(self, config: LedgerConfig) -> None:
-        """Requests started from now on get `config`'s activities and retry (`configure`);
-        those started before keep what their input says."""
-        self._config = config
-
-    def launch(self, request_id: str) -> None:
-        """Start the request's life; a relaunch (resume) waits for the earlier one to end."""
-        previous = self.tasks.get(request_id)
-        self.tasks[request_id] = asyncio.create_task(self._run(request_id, previous))
-
-    def grant(self, request: RequestRecord) -> None:
-        """Send a request `core.pump` granted a slot (L4) its `grant` (a request started by an
-        earlier run of the ledger too: the signal goes by workflow ID)."""
-        send = self._grant(request.id, request.launch, request.attempt)
-        self.granting[request.id] = asyncio.create_task(send)
-
-    def cancel(self, request_id: str) -> None:
-        """End the waiting loop of a request the core blocked (it is recorded already): its
-        task's, or by workflow ID when an earlier run of the ledger started it."""
-        task = self.tasks.get(request_id)
-        if task is not None:
-            task.cancel()
-            return
-        self.granting[request_id] = asyncio.create_task(self._cancel(request_id))
-
-    async def _cancel(self, request_id: str) -> None:
-        core.cancel_by_id(self._state, request_id)
-        try:
-            if not await cancel_request(self._ledger_id, request_id):
-                core.final_report_arrived(self._state, request_id)  # closed: nothing to come
-        finally:
-            self.granting.pop(request_id, None)
-
-    async def _grant(self, request_id: str, launch: int, attempt: int) -> None:
-        child = workflow.get_external_workflow_handle(
-            request_workflow_id(self._ledger_id, request_id)
-        )
-        try:
-            await child.signal("grant", {"launch": launch, "attempt": attempt})
-        except FailureError as error:
-            if is_cancelled_exception(error):
-                raise
-            # Its workflow closed without reporting (terminated from outside): blocked until
-            # resume, as when the run that started it sees it fail.
-            reason = f"request_workflow_failed: grant not delivered: {failure_message(error)}"
-            interrupted(self._state, request_id, reason, self._state.stopped)
-            self._kernel.wake()
-            self._send_progress()
-        finally:
-            self.granting.pop(request_id, None)
-
-    async def _run(self, request_id: str, previous: asyncio.Task[None] | None) -> None:
-        me = asyncio.current_task()
-        try:
-            if previous is not None:
-                await workflow.wait_condition(previous.done)
-            await self._lifetime(request_id, me)
-        except asyncio.CancelledError:
-            interrupted(self._state, request_id, "stopped", stopped=True)
-            raise
-        finally:
-            if self.tasks.get(request_id) is me:
-                del self.tasks[request_id]
-            self._kernel.wake()
-        # A request's end (or its child's) changes what the ledger decides next.
-        self._send_progress()
-
-    async def _lifetime(self, request_id: str, me: asyncio.Task[Any] | None) -> None:
-        """Start the request's child and wait for its end (reported by signal, or a failure)."""
-        state = self._state
-        # The patch is asked only where a request starts (never by a ledger on own timers).
-        grants = not self._config.own_retry_timers and workflow.patched(LEDGER_GRANTS_PATCH)
-        child_input = core.request_input(state, self._config, self._ledger_id, request_id, grants)
-        self.starting.add(request_id)
-        operations = ", ".join(state.requests[request_id].operation_ids)
-        try:
-            handle = await start_request(self._ledger_id, request_id, child_input, operations)
-        finally:
-            self.starting.discard(request_id)
-        if handle is None:
-            interrupted(state, request_id, "request_workflow_already_running", stopped=False)
-            return
-        try:
-            result = await handle
-        except ChildWorkflowError as error:
-            if self.tasks.get(request_id) is not me:
-                return  # an earlier loop of a request relaunched since (resume)
-            reason, stopped = core.request_workflow_ended(
-                state, request_id, is_cancelled_exception(error), str(error.cause)
-            )
-            interrupted(state, request_id, reason, stopped=stopped)
-            return
-        try:
-            report = core.parse_report(result)
-        except core.InvalidRequest:
-            workflow.logger.warning("request %s returned %r", request_id, result)
-            return
-        apply_final_report(state, self._config, report)
-
-    async def final_query(self, request_id: str) -> None:
-        """`stop`'s final query of one request (`core.begin_stop_query` done): start its
-        `FrozenRequest` in `final_query` mode and apply its answer; a query that ends
-        without one (its workflow failed, or cancelled at the deadline) leaves the request
-        unknown."""
-        state = self._state
-        child_input = core.stop_query_input(state, self._config, self._ledger_id, request_id)
-        operations = ", ".join(state.requests[request_id].operation_ids)
-        try:
-            handle = await start_request(self._ledger_id, request_id, child_input, operations)
-            result = None if handle is None else await handle
-        except ChildWorkflowError as error:
-            workflow.logger.warning("stop query of %s ended: %s", request_id, error.cause)
-            result = None
-        except asyncio.CancelledError:
-            core.stop_query_unanswered(state, request_id)
-            raise
-        finally:
-            self._kernel.wake()
-        try:
-            answered = (
-                result is not None
-                and core.record_stop_query(state, core.parse_report(result)) is not None
-            )
-        except core.InvalidRequest:
-            workflow.logger.warning("stop query of %s returned %r", request_id, result)
-            answered = False
-        if not answered:
-            core.stop_query_unanswered(state, request_id)
-        self._send_progress()
