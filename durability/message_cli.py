@@ -62,13 +62,14 @@ def add_message_command(
     """Add `spec`'s command to the subparsers `group`: its positional `key` (the workflow's
     business ID), an option per payload field and, for a message sent both ways,
     `--signal`. Returns the command's parser; `args.message_command` is `spec`."""
-    command: argparse.ArgumentParser = group.add_parser(
-        spec.command, help=spec.help, description=spec.help
-    )
+    text = _literal(spec.help)
+    command: argparse.ArgumentParser = group.add_parser(spec.command, help=text, description=text)
     command.add_argument(key, help=key_help)
     for option in spec.options:
         if option.kind == "bool":
-            command.add_argument(option.flag, action="store_true", default=None, help=option.help)
+            command.add_argument(
+                option.flag, action="store_true", default=None, help=_literal(option.help)
+            )
             continue
         command.add_argument(
             option.flag,
@@ -76,7 +77,7 @@ def add_message_command(
             type=_READERS.get(option.kind, str),
             required=option.required,
             choices=option.choices,
-            help=option.help,
+            help=_literal(option.help),
         )
     if spec.update and spec.signal:
         command.add_argument(
@@ -84,6 +85,11 @@ def add_message_command(
         )
     command.set_defaults(message_command=spec)
     return command
+
+
+def _literal(text: str) -> str:
+    """`text` as argparse prints it (it reads `%` as a format)."""
+    return text.replace("%", "%%")
 
 
 def payload_from(spec: MessageCommand, args: argparse.Namespace) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from temporalio.worker import Worker
 
 from durability.client import DurabilityClient, RejectedError
 from durability.message_cli import add_message_command, payload_from, send_from_args
-from durability.message_specs import commands_of
+from durability.message_specs import commands_of, render
 from workflows.catalog import Catalog, Kind, Message, kinds
 from workflows.handlers import CatalogShell, handlers_from
 from workflows.kernel import ShellKernel
@@ -160,3 +160,9 @@ async def test_the_client_sends_a_catalog_message_as_its_kinds_allow(
         if e.HasField("workflow_execution_signaled_event_attributes")
     ]
     assert sent == ["add", "reset"]  # the refused signal never reached the workflow
+
+
+def test_the_commands_a_generated_module_holds_are_the_catalogs() -> None:
+    namespace: dict[str, Any] = {}
+    exec(render({"COUNTER": CATALOG}), namespace)
+    assert namespace["COUNTER"] == commands_of(CATALOG)
