@@ -9,8 +9,9 @@ Every error the client raises for a refusal, a missing or closed workflow, a mis
 an unanswered update or a bad setting derives from it: `RejectedError`, `NotFoundError`,
 `ClosedError` (and `LedgerStopped`), `UnansweredError`, `InvalidQueryError`,
 `BatchBusyError`, `NoWorkerError` and `ConfigurationError`. They are importable from here and
-from where they always were (`durability.client`, `durability.settings`). An error of the
-connection itself (Temporal unreachable, a refused call) is Temporal's own `RPCError`.
+from `durability.client` (`ConfigurationError` from `durability.settings`, where it is
+defined). An error of the connection itself (Temporal unreachable, a refused call) is
+Temporal's own `RPCError`.
 
 This module imports nothing heavy (`ConfigurationError`, defined in `durability.settings`, is
 loaded on first use).
