@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from durability.bulk import BULK_MESSAGES
+from durability.bulk import BULK_MESSAGES, bulk_payload, bulk_reason, schedule_query
 from durability.cli_common import NotDone, UsageError, table
 
 if TYPE_CHECKING:
@@ -20,8 +20,6 @@ BULK_OPTIONS = ("dry_run", "yes", "no_wait", "reason")
 async def schedule_bulk(client: DurabilityClient, args: argparse.Namespace) -> Any:
     """Count the schedules `--query` matches (and list some); with `--yes`, start the batch
     job that signals them all and (unless `--no-wait`) wait for it."""
-    from durability.client import bulk_payload, bulk_reason, schedule_query
-
     args.show = show_bulk
     version = getattr(args, "version", None)
     changes = args.set if args.command == "configure" else None
