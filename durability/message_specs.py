@@ -63,16 +63,18 @@ def bounds_text(info: FieldInfo) -> str:
         for key, words in (("ge", "at least"), ("gt", "above"), ("le", "at most"), ("lt", "below")):
             if key in bounds:
                 parts.append(f"{words} {bounds[key]}")
-    unit = "items" if typing.get_origin(info.annotation) in (list, tuple, set) else "characters"
+    unit = "item" if typing.get_origin(info.annotation) in (list, tuple, set) else "character"
     shortest, longest = bounds.get("min_length"), bounds.get("max_length")
     if shortest is not None and longest is not None:
-        parts.append(f"{shortest}..{longest} {unit}")
+        parts.append(f"{shortest}..{longest} {unit}s")
     elif longest is not None:
-        parts.append(f"at most {longest} {unit}")
+        parts.append(f"at most {longest} {unit}{'' if longest == 1 else 's'}")
     elif shortest is not None:
-        parts.append(f"at least {shortest} {unit}")
-    if not info.is_required() and info.default is not None:
-        default = info.default.value if isinstance(info.default, enum.Enum) else info.default
+        parts.append(f"at least {shortest} {unit}{'' if shortest == 1 else 's'}")
+    default = None if info.is_required() else info.get_default(call_default_factory=True)
+    if isinstance(default, enum.Enum):
+        default = default.value
+    if isinstance(default, int | float | str):  # a container's default is not said in a line
         parts.append(f"default {default}")
     return ", ".join(parts)
 

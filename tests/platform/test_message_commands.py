@@ -32,6 +32,7 @@ class AddPayload(BaseModel):
     model_config = ConfigDict(extra="forbid")
     amount: int = Field(ge=1, le=100, description="what to add")
     note: str | None = Field(default=None, max_length=20)
+    tags: list[str] = Field(default_factory=list, min_length=1)
 
 
 class ScalePayload(BaseModel):
@@ -110,6 +111,7 @@ def test_a_command_per_message_a_user_sends_with_help_and_bounds_from_the_model(
     assert "Add an amount to the total." in add
     assert "what to add (1..100)" in add
     assert "note (at most 20 characters)" in add
+    assert "tags (at least 1 item)" in add  # a container's default is not said
     assert "--signal" in add  # sent both ways
     scale = help_of("scale")
     assert "factor (at least 0, default 2)" in scale
