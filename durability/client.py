@@ -58,6 +58,7 @@ from durability.errors import (
     summary_for,
 )
 from durability.ledger_client import EnqueueResult, LedgerClient, unknown_requests
+from durability.listing import Listed
 from durability.schedule_client import RunView, ScheduleClient, ScheduleView, preview_schedule
 from durability.sending import (
     CLOSED_STATUS,
@@ -67,7 +68,6 @@ from durability.sending import (
     UPDATE_ATTEMPTS,
     UPDATE_TIMEOUT,
     WORKER_GRACE,
-    Listed,
     Sent,
 )
 from workflows.ledger import LEDGER_WORKFLOW

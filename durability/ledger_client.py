@@ -16,7 +16,8 @@ from durability.checks import (
     skip_payload,
 )
 from durability.errors import LedgerStopped, RejectedError, summary_for
-from durability.sending import ClientCore, Listed, WithStart
+from durability.listing import Listed, list_workflows
+from durability.sending import ClientCore, WithStart
 from workflows.ledger import LEDGER_WORKFLOW
 
 
@@ -54,7 +55,7 @@ class LedgerClient(ClientCore):
 
     async def list_ledgers(self, query: str | None = None, limit: int = 100) -> list[Listed]:
         """Ledgers found by visibility: running ones, or those matching `query`."""
-        return await self._list(LEDGER_WORKFLOW, LEDGER_ID_PREFIX, query, limit)
+        return await list_workflows(self.temporal, LEDGER_WORKFLOW, LEDGER_ID_PREFIX, query, limit)
 
     def ledger_handle(self, ledger_id: str) -> WorkflowHandle[Any, Any]:
         return self.temporal.get_workflow_handle(ledger_workflow_id(ledger_id))

@@ -20,7 +20,8 @@ from durability.checks import (
     set_payload,
 )
 from durability.errors import summary_for
-from durability.sending import SCHEDULE_WORKFLOW, ClientCore, Listed, WithStart
+from durability.listing import Listed, list_workflows
+from durability.sending import SCHEDULE_WORKFLOW, ClientCore, WithStart
 from workflows import search_attributes
 
 if TYPE_CHECKING:
@@ -378,4 +379,6 @@ class ScheduleClient(ClientCore):
     async def list_schedules(self, query: str | None = None, limit: int = 100) -> list[Listed]:
         """Schedules found by visibility: running ones, or those matching `query` (a raw
         visibility filter such as `DurabilityScheduleVersion > 2`), newest first."""
-        return await self._list(SCHEDULE_WORKFLOW, SCHEDULE_ID_PREFIX, query, limit)
+        return await list_workflows(
+            self.temporal, SCHEDULE_WORKFLOW, SCHEDULE_ID_PREFIX, query, limit
+        )
