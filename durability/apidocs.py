@@ -12,10 +12,14 @@ import sys
 import warnings
 from pathlib import Path
 
-# The modules a user of the product imports: the client and its errors, the connection, the
-# worker plugin with its codec, and the settings.
+# The modules a user of the product imports: the client (with the modules its methods are
+# defined in) and its errors, the connection, the worker plugin with its codec, and the settings.
 API_MODULES = (
     "durability.client",
+    "durability.schedule_client",
+    "durability.ledger_client",
+    "durability.bulk",
+    "durability.sending",
     "durability.errors",
     "durability.connect",
     "durability.plugin",

@@ -1,0 +1,60 @@
+"""The bounds the CLI's help states, as the workflows set them.
+
+`durability --help` answers without loading the workflows' modules (they load pydantic), so
+the values are kept here, each with where the workflows set it;
+`tests/platform/test_cli_bounds.py` reads every one from there and fails when they differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Bound:
+    """An integer option's range and default."""
+
+    low: int
+    high: int
+    default: int
+    # Where the workflows set it: a payload model's field (`module:Model.field`: its ge, le
+    # and default) or a constant (`module:NAME`: the high bound).
+    source: str
+    # Where the default is set, when `source` does not say (`module:Model.field`).
+    default_source: str | None = None
+
+    @property
+    def text(self) -> str:
+        """`0..100, default 100`."""
+        return f"{self.low}..{self.high}, default {self.default}"
+
+
+PREVIEW_COUNT = Bound(1, 50, 10, "workflows.schedule.preview:MAX_PREVIEW_TIMES")
+DESCRIBE_RUNS = Bound(
+    0,
+    10,
+    10,
+    "workflows.schedule.core:RECENT_RUNS_KEPT",
+    "workflows.schedule.core:DescribeQuery.runs",
+)
+DESCRIBE_NEXT = Bound(
+    0,
+    50,
+    10,
+    "workflows.schedule.core:MAX_NEXT_FIRE_TIMES",
+    "workflows.schedule.core:DescribeQuery.next",
+)
+STOP_QUERY_LIMIT = Bound(0, 100, 100, "workflows.ledger.models:StopInput.query_limit")
+STOP_QUERY_DEADLINE_MS = Bound(
+    0, 60_000, 60_000, "workflows.ledger.models:StopInput.query_deadline_ms"
+)
+SNAPSHOT_LIMIT = Bound(1, 300, 200, "workflows.ledger.core:SnapshotQuery.limit")
+
+BOUNDS = {
+    "schedule preview --count": PREVIEW_COUNT,
+    "schedule describe --runs": DESCRIBE_RUNS,
+    "schedule describe --next": DESCRIBE_NEXT,
+    "ledger stop --query-limit": STOP_QUERY_LIMIT,
+    "ledger stop --query-deadline-ms": STOP_QUERY_DEADLINE_MS,
+    "ledger snapshot --limit": SNAPSHOT_LIMIT,
+}
