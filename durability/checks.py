@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durability.errors import RejectedError
 from workflows import ledger as _ledger
@@ -20,6 +20,9 @@ from workflows.ledger import LEDGER_ID_PREFIX as LEDGER_ID_PREFIX
 from workflows.limits import any_id_problem
 from workflows.schedule import models as _schedule_models
 from workflows.validation import INVALID_START_INPUT, InvalidRequest, format_validation_error
+
+if TYPE_CHECKING:
+    from workflows.catalog import Message
 
 
 def schedule_workflow_id(object_id: str) -> str:
@@ -157,25 +160,41 @@ def checked(workflow_id: str, message: str, check: Callable[[], object]) -> None
         ) from None
 
 
-# The workflows' parse function of each message this client checks before sending it, by
-# `<capability>.<message>`: the module it lives in (imported on first use) and its name.
+# Each capability's message catalog (`workflows.catalog`): its module (imported on first use)
+# and its name.
+CATALOGS = {
+    "schedule": ("workflows.schedule.messages", "SCHEDULE_MESSAGES"),
+    "ledger": ("workflows.ledger.messages", "LEDGER_MESSAGES"),
+}
+# The messages this client checks before sending them, by `<capability>.<message>`. The
+# schedule's are read by their catalog entry, as the schedule reads them; the ledger reads
+# its own with the parse functions named here (their refusals name the `<message> input`).
+CHECKED_BY_CATALOG = ("schedule.cancel", "schedule.pause", "schedule.describe")
 PARSERS = {
-    "schedule.cancel": ("workflows.schedule.core", "parse_cancel"),
-    "schedule.pause": ("workflows.schedule.core", "parse_pause"),
-    "schedule.describe": ("workflows.schedule.core", "parse_describe"),
     "ledger.release": ("workflows.ledger.core", "parse_release"),
     "ledger.snapshot": ("workflows.ledger.core", "parse_snapshot_query"),
     "ledger.stop": ("workflows.ledger.core", "parse_stop"),
     "ledger.skip": ("durability.checks", "parse_skip"),
 }
+CHECKED = (*CHECKED_BY_CATALOG, *PARSERS)
+
+
+def catalog_message(message: str) -> Message:
+    """The catalog entry of `message` (`<capability>.<message>`, e.g. `schedule.pause`)."""
+    capability, _, name = message.partition(".")
+    module, catalog = CATALOGS[capability]
+    found: Message = getattr(importlib.import_module(module), catalog)[name]
+    return found
 
 
 def parse(message: str, payload: Any) -> object:
-    """`payload` of `message` (`<capability>.<message>`, e.g. `schedule.pause`) read by the
-    workflow's own parse function; InvalidRequest naming the field and value as it refuses."""
-    module, function = PARSERS[message]
-    workflow_parse: Callable[[Any], object] = getattr(importlib.import_module(module), function)
-    return workflow_parse(payload)
+    """`payload` of `message` (`<capability>.<message>`, one of CHECKED) read as the workflow
+    reads it; InvalidRequest naming the field and value as it refuses."""
+    if message in PARSERS:
+        module, function = PARSERS[message]
+        workflow_parse: Callable[[Any], object] = getattr(importlib.import_module(module), function)
+        return workflow_parse(payload)
+    return catalog_message(message).parse(payload)
 
 
 def check(workflow_id: str, message: str, payload: Any) -> None:

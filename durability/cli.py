@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from durability.cli_bulk import BULK_COMMANDS, check_bulk_usage
+from durability.cli_catalog import add_catalog_commands
 from durability.cli_codec import add_codec_server, run_codec_server
 from durability.cli_common import (
     Command,
@@ -53,6 +54,7 @@ from durability.cli_ledger import (
     ledger_list,
     read_operations,
 )
+from durability.cli_messages import LEDGER, SCHEDULE
 from durability.cli_schedule import SCHEDULE_COMMANDS, add_schedule_arguments, schedule_list
 from durability.settings import ConfigurationError
 
@@ -164,12 +166,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_list(schedule, schedule_list, "schedules")
     commands = _add_commands(schedule, "object_id", SCHEDULE_COMMANDS, BULK_COMMANDS)
     add_schedule_arguments(schedule, commands)
+    written = [*commands, "list", "preview"]
+    add_catalog_commands(schedule, "object_id", "the schedule's object ID", SCHEDULE, written)
 
     ledger = top.add_parser(
         "ledger", help="durable operation ledgers", parents=[common]
     ).add_subparsers(dest="command", required=True, parser_class=CommandParser)
     _add_list(ledger, ledger_list, "ledgers")
-    add_ledger_arguments(_add_commands(ledger, "ledger_id", LEDGER_COMMANDS))
+    commands = _add_commands(ledger, "ledger_id", LEDGER_COMMANDS)
+    add_ledger_arguments(commands)
+    add_catalog_commands(ledger, "ledger_id", "the ledger's ID", LEDGER, [*commands, "list"])
     add_codec_server(top)
     return parser
 

@@ -17,11 +17,10 @@ class Bound:
     low: int
     high: int
     default: int
-    # Where the workflows set it: a payload model's field (`module:Model.field`: its ge, le
-    # and default) or a constant (`module:NAME`: the high bound).
+    # Where the workflows set it: a field of a message's payload model in its capability's
+    # catalog (`<capability>:<message>.<field>`: its ge, le and default), or a constant
+    # (`module:NAME`: the high bound).
     source: str
-    # Where the default is set, when `source` does not say (`module:Model.field`).
-    default_source: str | None = None
 
     @property
     def text(self) -> str:
@@ -30,25 +29,11 @@ class Bound:
 
 
 PREVIEW_COUNT = Bound(1, 50, 10, "workflows.schedule.preview:MAX_PREVIEW_TIMES")
-DESCRIBE_RUNS = Bound(
-    0,
-    10,
-    10,
-    "workflows.schedule.core:RECENT_RUNS_KEPT",
-    "workflows.schedule.core:DescribeQuery.runs",
-)
-DESCRIBE_NEXT = Bound(
-    0,
-    50,
-    10,
-    "workflows.schedule.core:MAX_NEXT_FIRE_TIMES",
-    "workflows.schedule.core:DescribeQuery.next",
-)
-STOP_QUERY_LIMIT = Bound(0, 100, 100, "workflows.ledger.models:StopInput.query_limit")
-STOP_QUERY_DEADLINE_MS = Bound(
-    0, 60_000, 60_000, "workflows.ledger.models:StopInput.query_deadline_ms"
-)
-SNAPSHOT_LIMIT = Bound(1, 300, 200, "workflows.ledger.core:SnapshotQuery.limit")
+DESCRIBE_RUNS = Bound(0, 10, 10, "schedule:describe.runs")
+DESCRIBE_NEXT = Bound(0, 50, 10, "schedule:describe.next")
+STOP_QUERY_LIMIT = Bound(0, 100, 100, "ledger:stop.query_limit")
+STOP_QUERY_DEADLINE_MS = Bound(0, 60_000, 60_000, "ledger:stop.query_deadline_ms")
+SNAPSHOT_LIMIT = Bound(1, 300, 200, "ledger:snapshot.limit")
 
 BOUNDS = {
     "schedule preview --count": PREVIEW_COUNT,

@@ -127,9 +127,33 @@ def render(catalogs: dict[str, Catalog]) -> str:
         "no longer matches the catalogs.",
         '"""',
         "",
-        "from durability.message_cli import MessageCommand, Option",
+        "# ruff: noqa: E501 (the messages' help lines, as the catalogs word them)",
         "",
+        "from durability.message_cli import MessageCommand, Option",
     ]
     for key, catalog in catalogs.items():
         lines += ["", f"{key} = {commands_of(catalog)!r}"]
     return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    """Write `durability/cli_messages.py` from the product's catalogs."""
+    import importlib
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from durability.checks import CATALOGS
+
+    catalogs = {
+        capability.upper(): getattr(importlib.import_module(module), name)
+        for capability, (module, name) in CATALOGS.items()
+    }
+    path = Path(__file__).with_name("cli_messages.py")
+    path.write_text(render(catalogs))
+    subprocess.run([sys.executable, "-m", "ruff", "format", "--quiet", str(path)], check=False)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

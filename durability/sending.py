@@ -41,7 +41,15 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, FailureError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from durability.checks import LEDGER_ID_PREFIX, PARSERS, check, check_configure, checked
+from durability.checks import (
+    CHECKED_BY_CATALOG,
+    LEDGER_ID_PREFIX,
+    PARSERS,
+    catalog_message,
+    check,
+    check_configure,
+    checked,
+)
 from durability.connect import task_queue
 from durability.errors import (
     ClosedError,
@@ -478,8 +486,14 @@ class ClientCore:
     ) -> Any:
         """Send `message` (`<capability>.<name>`, e.g. `schedule.cancel`) as an update, its
         answer returned, or `as_signal` as a signal (None). Its payload is checked first with
-        the workflow's own parse function where the client has one (`durability.checks`):
-        a signal the workflow refused would be dropped unseen."""
+        the workflow's own rules where the client has them (`durability.checks`): a signal
+        the workflow refused would be dropped unseen. A message the schedule reads by its
+        catalog entry is sent as that entry (`send_message`)."""
+        if message in CHECKED_BY_CATALOG:
+            return await self.send_message(
+                catalog_message(message), workflow_id, payload, as_signal=as_signal,
+                result_type=result_type,
+            )  # fmt: skip
         if message in PARSERS:
             check(workflow_id, message, payload)
         name = message.partition(".")[2]

@@ -1,43 +1,31 @@
 """The ranges and defaults the CLI's help states are the workflows' own: each bound kept in
 `durability.cli_bounds` (the CLI answers `--help` without loading the workflows' modules) is
-read again from the model field or constant that sets it."""
+read again from the catalog message's payload field, or the constant, that sets it."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
-from typing import Any
 
-from pydantic import BaseModel
-
+from durability.checks import CATALOGS, catalog_message
 from durability.cli import build_parser
 from durability.cli_bounds import BOUNDS, Bound
 from durability.message_specs import field_bounds
 
 
-def resolve(source: str) -> Any:
-    """`module:NAME` or `module:Model.field` (the field's FieldInfo)."""
-    module, _, path = source.partition(":")
-    name, _, field = path.partition(".")
-    found = getattr(importlib.import_module(module), name)
-    if field:
-        assert isinstance(found, type) and issubclass(found, BaseModel), source
-        return found.model_fields[field]
-    return found
-
-
 def source_of(bound: Bound) -> tuple[int, int | None, int | None]:
-    """The high bound, the low bound and the default as the workflows set them (None where
-    the source does not say)."""
-    source = resolve(bound.source)
-    if isinstance(source, int):
-        high, low, default = source, None, None
-    else:
-        limits = field_bounds(source)
-        high, low, default = limits["le"], limits["ge"], source.default
-    if bound.default_source is not None:
-        default = resolve(bound.default_source).default
-    return high, low, default
+    """The high bound, the low bound and the default as the workflows set them: a catalog
+    message's payload field (its ge, le and default), or a constant (the high bound)."""
+    where, _, path = bound.source.partition(":")
+    if where in CATALOGS:
+        name, _, field = path.partition(".")
+        payload = catalog_message(f"{where}.{name}").payload
+        assert payload is not None, bound.source
+        info = payload.model_fields[field]
+        limits = field_bounds(info)
+        return limits["le"], limits["ge"], info.default
+    constant: int = getattr(importlib.import_module(where), path)
+    return constant, None, None
 
 
 def test_every_bound_the_cli_states_is_the_workflows_own() -> None:

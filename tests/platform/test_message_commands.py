@@ -10,6 +10,7 @@ own, on a real server.
 from __future__ import annotations
 
 import argparse
+import importlib
 import uuid
 from typing import Any
 
@@ -19,6 +20,10 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from durability import cli_messages
+from durability.checks import CATALOGS
+from durability.cli import build_parser
+from durability.cli_catalog import add_catalog_commands, run_message
 from durability.client import DurabilityClient, RejectedError
 from durability.message_cli import add_message_command, payload_from, send_from_args
 from durability.message_specs import commands_of, render
@@ -168,3 +173,33 @@ def test_the_commands_a_generated_module_holds_are_the_catalogs() -> None:
     namespace: dict[str, Any] = {}
     exec(render({"COUNTER": CATALOG}), namespace)
     assert namespace["COUNTER"] == commands_of(CATALOG)
+
+
+def choices(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: dict[str, argparse.ArgumentParser] = action.choices
+            return found
+    raise AssertionError("no subcommands")
+
+
+def test_a_message_no_written_command_sends_gets_one_built_from_the_catalog() -> None:
+    top = argparse.ArgumentParser(prog="counter")
+    group = top.add_subparsers(dest="command", required=True)
+    group.add_parser("add", help="a written command")
+    add_catalog_commands(group, "counter_id", "the counter's ID", commands_of(CATALOG), ["add"])
+    assert list(choices(top)) == ["add", "scale", "reset"]
+    assert choices(top)["add"].description is None  # the written one is kept
+    args = top.parse_args(["scale", "c-1", "--factor", "3"])
+    assert args.run is run_message and payload_from(args.message_command, args) == {"factor": 3}
+
+
+def test_the_cli_has_a_command_for_every_message_a_user_sends() -> None:
+    """`durability/cli_messages.py` is the product catalogs' commands as they are now (else:
+    `python -m durability.message_specs`), and the CLI has each of them."""
+    for capability, (module, name) in CATALOGS.items():
+        catalog = getattr(importlib.import_module(module), name)
+        generated = getattr(cli_messages, capability.upper())
+        assert generated == commands_of(catalog), "run python -m durability.message_specs"
+        commands = choices(choices(build_parser())[capability])
+        assert {spec.command for spec in generated} <= set(commands), capability
