@@ -14,7 +14,7 @@ import sys
 
 from hypothesis import HealthCheck, given, settings
 
-from tests.schedule.test_cron_classic import COMPARED_YEARS, cases, model_next
+from tests.schedule.test_schedule_cron_classic import COMPARED_YEARS, cases, model_next
 from workflows.schedule import cron
 
 counts = {"cases": 0, "croniter": 0, "crontab": 0}

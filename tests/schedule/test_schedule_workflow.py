@@ -220,7 +220,7 @@ async def test_a_run_whose_worker_stops_heartbeating_is_interrupted_not_rerun(
     recorder = ScheduleFake()
     schedule = every_second(sleep_ms=3000, no_heartbeat=True)
     # Hosted externally: a plugin-hosted run's worker heartbeats for it while it lives (a
-    # plugin-hosted run whose worker is killed: tests/schedule/test_plugin_runs.py).
+    # plugin-hosted run whose worker is killed: tests/schedule/test_schedule_run_host.py).
     settings = {"run_heartbeat_timeout_ms": 1000, "run_host": "external"}
     async with live_schedule(client, task_queue, unique, recorder, schedule, **settings) as handle:
         await eventually(lambda: recorder.started)

@@ -256,7 +256,7 @@ async def test_run_killed_mid_flight_is_interrupted_even_if_the_run_timer_fires_
             1,
             params={"url": f"{base}/run", "outcome_url": f"{base}/outcome"},
             # External: the child's own run timer is what races the heartbeat timeout (a
-            # plugin-hosted run has no timer: tests/schedule/test_plugin_runs.py).
+            # plugin-hosted run has no timer: tests/schedule/test_schedule_run_host.py).
             options={
                 **OPTIONS,
                 "run_timeout_ms": 3000,

@@ -16,8 +16,8 @@ import pytest
 from temporalio.client import Client
 
 from durability.client import DurabilityClient
-from tests.platform.test_health import probe
-from tests.platform.test_kubernetes import EXIT_AFTER_DRAIN_SECONDS
+from tests.infrastructure.test_health import probe
+from tests.infrastructure.test_kubernetes import EXIT_AFTER_DRAIN_SECONDS
 from tests.support.fleet import FLEET_START_GRACE, WorkerFleet
 from tests.support.helpers import eventually
 from tests.support.ledger import intent

@@ -20,7 +20,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from durability.registry import workflow_runner
-from tests.schedule.test_cron_classic import model_next
+from tests.schedule.test_schedule_cron_classic import model_next
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import eventually, production_replayer, schedule_worker
 from workflows import SANDBOXED

@@ -8,8 +8,8 @@ Runs recorded by a stand-in for that build (`OredSchedule`: ORed, no patch asked
 message in their first task check each handler that computes times decides the rule itself.
 
 `schedule_parent_0_1_1_day_fields_ored.json` was recorded by the build before the rule with
-`python -m tests.schedule.test_cron_day_rule` (starts its own dev server): a schedule on such an
-expression that fired on a day where only one day field matched.
+`python -m tests.schedule.test_schedule_cron_day_rule` (starts its own dev server): a
+schedule on such an expression that fired on a day where only one day field matched.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from temporalio.common import RawValue, WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 from durability.registry import workflow_runner
-from tests.schedule.test_cron_classic import model_next
+from tests.schedule.test_schedule_cron_classic import model_next
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import (
     HISTORY_DIR,

@@ -23,7 +23,7 @@ from temporalio.worker import Worker
 
 from durability.client import DurabilityClient
 from durability.errors import DurabilityError, NoWorkerError
-from tests.platform.test_cli_truth import assert_no_workflow, one_line_error
+from tests.product.test_cli_truth import assert_no_workflow, one_line_error
 from tests.support.cold_worker import LedgerActivities
 from tests.support.helpers import (
     PROJECT_ROOT,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from tests.platform.test_cli_truth import assert_no_workflow, one_line_error
+from tests.product.test_cli_truth import assert_no_workflow, one_line_error
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import (
     durability_cli,

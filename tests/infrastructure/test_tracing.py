@@ -21,7 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from durability.connect import ConfigurationError
 from durability.tracing import exporter_name
-from tests.platform.test_worker import start_worker_process, stop_worker
+from tests.infrastructure.test_worker import start_worker_process, stop_worker
 from tests.support.helpers import eventually, run_command, subprocess_env
 
 

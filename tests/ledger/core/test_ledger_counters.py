@@ -1,5 +1,5 @@
 """The snapshot's `counters` in the ledger's pure core: they equal the events that happened
-(the model's `Driver` of tests/ledger/test_ledger_core.py, counting on its own), survive
+(the model's `Driver` of tests/ledger/core/test_ledger_rules.py, counting on its own), survive
 continue-as-new, and start from what state of the previous build knows."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.ledger.test_ledger_core import STATUSES, Driver, fresh, graphs
+from tests.ledger.core.test_ledger_rules import STATUSES, Driver, fresh, graphs
 from workflows.ledger import core
 from workflows.ledger.models import LedgerConfig, LedgerState, RequestAction, RequestReport
 

@@ -14,7 +14,7 @@ import pytest
 from temporalio.client import Client
 
 from durability.client import DurabilityClient
-from tests.platform.test_fleet import OPTIONS, set_current_version, workflow_build_id
+from tests.infrastructure.test_fleet import OPTIONS, set_current_version, workflow_build_id
 from tests.support.fleet import WorkerFleet
 from tests.support.helpers import eventually, temporal
 from tests.support.recorder import Recorder

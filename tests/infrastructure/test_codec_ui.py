@@ -24,7 +24,7 @@ from durability.codec import EncryptionCodec
 from durability.codec_server import CodecServerSettings, start
 from durability.connect import data_converter, interceptors
 from durability.devserver import TIMER_SHIFT_ARGS
-from tests.platform.test_ui import CHROMIUM, CHROMIUM_ARGS, body_containing
+from tests.infrastructure.test_ui import CHROMIUM, CHROMIUM_ARGS, body_containing
 from tests.support.helpers import eventually, running_worker, start_dev_server
 from tests.support.server import free_port
 

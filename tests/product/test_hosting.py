@@ -1,6 +1,6 @@
 """The plugin's run wrapper (`durability.hosting.supervise`) on its own, in plain asyncio: the
 heartbeats it adds, the worker-side deadline, and waiting for a handler that winds down.
-The end-to-end cases are in tests/schedule/test_plugin_runs.py."""
+The end-to-end cases are in tests/schedule/test_schedule_run_host.py."""
 
 from __future__ import annotations
 
