@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.support.chaos import ChaosConfig, ChaosReport, run_chaos
+from harness.chaos import ChaosConfig, ChaosReport, run_chaos
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

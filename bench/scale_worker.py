@@ -39,8 +39,8 @@ from temporalio.client import Client
 from bench.machine import describe
 from durability.client import SCHEDULE_WORKFLOW, DurabilityClient, schedule_workflow_id
 from durability.connect import connect
-from tests.support.fleet import WorkerFleet
-from tests.support.server import DevServer, free_port
+from harness.fleet import WorkerFleet
+from harness.server import DevServer, free_port
 from worker import worker_tuning
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.chaos import ChaosConfig, run_chaos
+from harness.chaos import ChaosConfig, run_chaos
 
 # Suite size: 8 schedules, 100 operations over 4 ledgers, a 36 s window (~2 min in all).
 # Nine runs in ten answered slowly, so that a kill lands mid-run: at the default half, a CI

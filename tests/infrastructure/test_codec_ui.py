@@ -24,9 +24,9 @@ from durability.codec import EncryptionCodec
 from durability.codec_server import CodecServerSettings, start
 from durability.connect import data_converter, interceptors
 from durability.devserver import TIMER_SHIFT_ARGS
+from harness.server import free_port
 from tests.infrastructure.test_ui import CHROMIUM, CHROMIUM_ARGS, body_containing
 from tests.support.helpers import eventually, running_worker, start_dev_server
-from tests.support.server import free_port
 
 KEY = os.urandom(32)
 TOKEN = base64.urlsafe_b64encode(os.urandom(24)).decode()

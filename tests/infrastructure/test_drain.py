@@ -16,13 +16,13 @@ import pytest
 from temporalio.client import Client
 
 from durability.client import DurabilityClient
+from harness.fleet import FLEET_START_GRACE, WorkerFleet
+from harness.recorder import Recorder
+from harness.server import free_port
 from tests.infrastructure.test_health import probe
 from tests.infrastructure.test_kubernetes import EXIT_AFTER_DRAIN_SECONDS
-from tests.support.fleet import FLEET_START_GRACE, WorkerFleet
 from tests.support.helpers import eventually
 from tests.support.ledger import intent
-from tests.support.recorder import Recorder
-from tests.support.server import free_port
 
 DRAIN_SECONDS = 10
 # Every call the worker holds takes at most this long: shorter than the drain, so a clean

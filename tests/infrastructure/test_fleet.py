@@ -16,9 +16,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durability.client import DurabilityClient
-from tests.support.fleet import FLEET_START_GRACE, WorkerFleet
+from harness.fleet import FLEET_START_GRACE, WorkerFleet
+from harness.recorder import Recorder
 from tests.support.helpers import eventually, temporal
-from tests.support.recorder import Recorder
 
 OPTIONS = {
     "run_activity": "run_webhook",

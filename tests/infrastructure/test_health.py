@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.server import DevServer, free_port
 from tests.support.helpers import PROJECT_ROOT, eventually, run_command, subprocess_env
-from tests.support.server import DevServer, free_port
 
 
 async def probe(port: int, path: str) -> tuple[int, str]:

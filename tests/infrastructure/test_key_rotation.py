@@ -67,7 +67,7 @@ def runs_completed_after(history: list[HistoryEvent], index: int) -> int:
 
 
 def replayer(converter: DataConverter) -> Replayer:
-    """As tests.support.helpers.production_replayer, with the given key ring."""
+    """As harness.replay.production_replayer, with the given key ring."""
     return Replayer(
         workflows=all_workflows(),
         data_converter=converter,

@@ -23,9 +23,9 @@ import pytest
 from temporalio.client import Client
 
 from durability.client import DurabilityClient
-from tests.support.fleet import WorkerFleet
+from harness.fleet import WorkerFleet
+from harness.server import free_port
 from tests.support.helpers import PROJECT_ROOT, eventually, http_server
-from tests.support.server import free_port
 
 RULES = PROJECT_ROOT / "deploy" / "prometheus" / "alerts.yml"
 RULE_TESTS = PROJECT_ROOT / "deploy" / "prometheus" / "alerts.test.yml"

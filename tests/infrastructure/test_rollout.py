@@ -14,10 +14,10 @@ import pytest
 from temporalio.client import Client
 
 from durability.client import DurabilityClient
+from harness.fleet import WorkerFleet
+from harness.recorder import Recorder
 from tests.infrastructure.test_fleet import OPTIONS, set_current_version, workflow_build_id
-from tests.support.fleet import WorkerFleet
 from tests.support.helpers import eventually, temporal
-from tests.support.recorder import Recorder
 
 
 async def running_on(address: str, deployment: str, build_id: str, queue: str) -> int:

@@ -33,8 +33,8 @@ async def test_a_busy_port_is_named_with_the_setting_that_moves_it_before_anythi
     tmp_path: Path,
 ) -> None:
     from durability.settings import run_settings_table
+    from harness.server import free_port
     from tests.support.helpers import PROJECT_ROOT, run_command, subprocess_env
-    from tests.support.server import free_port
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

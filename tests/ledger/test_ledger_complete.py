@@ -21,6 +21,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
 from activities.ledger import ledger_activities
+from harness.replay import production_replayer
 from tests.ledger.test_ledger_workflow import (
     enqueue,
     http_input,
@@ -29,7 +30,7 @@ from tests.ledger.test_ledger_workflow import (
     settled,
     start_ledger,
 )
-from tests.support.helpers import HISTORY_DIR, eventually, production_replayer
+from tests.support.helpers import HISTORY_DIR, eventually
 from tests.support.ledger import (
     COMPLETE,
     Answer,

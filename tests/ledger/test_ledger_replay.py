@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowHistory
 
-from tests.support.helpers import HISTORY_DIR, production_replayer, replay_each
+from harness.replay import production_replayer
+from tests.support.helpers import HISTORY_DIR, replay_each
 from workflows.ledger.request import FrozenRequestWorkflow
 from workflows.ledger.workflow import OperationLedgerWorkflow
 

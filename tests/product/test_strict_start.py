@@ -17,8 +17,9 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 
+from harness.replay import production_replayer
 from tests.support.fakes import ScheduleFake
-from tests.support.helpers import HISTORY_DIR, production_replayer, schedule_worker
+from tests.support.helpers import HISTORY_DIR, schedule_worker
 from tests.support.ledger import ledger_worker
 from workflows.ledger import core as ledger_core
 from workflows.ledger.request import FrozenRequestWorkflow

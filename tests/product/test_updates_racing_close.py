@@ -27,10 +27,11 @@ from temporalio.common import SearchAttributeKey
 from temporalio.worker import Worker
 
 from durability.client import DurabilityClient, UnansweredError
+from harness.replay import production_replayer
 from tests.ledger.test_ledger_workflow import live_ledger, settled
 from tests.schedule.test_schedule_workflow import live_schedule, runs_of
 from tests.support.fakes import ScheduleFake
-from tests.support.helpers import eventually, production_replayer, record_history, replay_each
+from tests.support.helpers import eventually, record_history, replay_each
 from tests.support.ledger import intent, operations
 from workflows.kernel import CLOSE_WITHOUT_UPDATE_PATCH
 from workflows.ledger.request import FrozenRequestWorkflow

@@ -17,12 +17,12 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, Work
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
+from harness.replay import production_replayer
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import (
     HISTORY_DIR,
     durability_cli,
     eventually,
-    production_replayer,
     record_history,
     schedule_worker,
     temporal,

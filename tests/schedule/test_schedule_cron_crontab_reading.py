@@ -20,9 +20,10 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from durability.registry import workflow_runner
+from harness.replay import production_replayer
 from tests.schedule.test_schedule_cron_classic import model_next
 from tests.support.fakes import ScheduleFake
-from tests.support.helpers import eventually, production_replayer, schedule_worker
+from tests.support.helpers import eventually, schedule_worker
 from workflows import SANDBOXED
 from workflows.kernel import NO_INPUT
 from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron

@@ -29,12 +29,12 @@ from temporalio.common import RawValue, WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 from durability.registry import workflow_runner
+from harness.replay import production_replayer
 from tests.schedule.test_schedule_cron_classic import model_next
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import (
     HISTORY_DIR,
     eventually,
-    production_replayer,
     save_history,
     schedule_worker,
     start_dev_server,

@@ -45,10 +45,10 @@ import pytest
 from temporalio.client import Client, WorkflowHistory
 
 from activities.schedule import schedule_activities
+from harness.replay import production_replayer
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import (
     HISTORY_DIR,
-    production_replayer,
     save_history,
     schedule_worker,
     start_dev_server,

@@ -25,9 +25,9 @@ from temporalio.worker import Worker
 from durability.client import DurabilityClient
 from durability.connect import data_converter
 from durability.plugin import DurabilityPlugin
-from tests.support.fleet import WorkerFleet
+from harness.fleet import WorkerFleet
+from harness.recorder import Recorder
 from tests.support.helpers import cache_options, eventually, record_history, schedule_worker
-from tests.support.recorder import Recorder
 from workflows.schedule.models import PLUGIN_RUN_STOP_ALLOWANCE_MS
 from workflows.schedule.run import RUN_PATHS_PATCH
 

@@ -18,14 +18,13 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
-from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 from durability.connect import data_converter
 from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli
 from durability.registry import all_workflows, builtin_activities, workflow_runner
-from tests.support.server import free_port
+from harness.server import free_port
 from workflows import search_attributes
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
@@ -299,14 +298,3 @@ async def replay_each(
         done, _ = await asyncio.wait([replay], timeout=seconds)
         assert done, f"replaying run {history.run_id} took over {seconds}s"
         replay.result()
-
-
-def production_replayer(workflows: Sequence[type]) -> Replayer:
-    """A replayer configured as worker.py's workers are: converter, tracing, sandbox runner."""
-    return Replayer(
-        workflows=workflows,
-        data_converter=data_converter(),
-        # Workers get the tracing interceptor from their client; the replayer has none.
-        interceptors=[TracingInterceptor()],
-        workflow_runner=workflow_runner(),
-    )

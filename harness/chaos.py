@@ -20,9 +20,9 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from durability.client import DurabilityClient
 from durability.connect import connect
-from tests.support.fleet import FLEET_START_GRACE, WorkerFleet
-from tests.support.recorder import Recorder
-from tests.support.server import DevServer
+from harness.fleet import FLEET_START_GRACE, WorkerFleet
+from harness.recorder import Recorder
+from harness.server import DevServer
 
 INTERRUPTED = "ScheduledRunInterruptedError"
 
