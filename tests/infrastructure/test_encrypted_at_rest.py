@@ -30,9 +30,17 @@ from durability.codec_server import CodecServerSettings, start
 from durability.connect import connect
 from durability.registry import workflow_runner
 from harness.server import DevServer
-from tests.ledger.test_ledger_workflow import http_input, start_ledger
 from tests.support.helpers import cache_options, eventually, http_server, temporal
-from tests.support.ledger import COMPLETE, Answer, intent, operations, recording_server, snapshot
+from tests.support.ledger import (
+    COMPLETE,
+    Answer,
+    http_input,
+    intent,
+    operations,
+    recording_server,
+    snapshot,
+    start_ledger,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -22,25 +22,23 @@ from temporalio.exceptions import ApplicationError
 
 from activities.ledger import ledger_activities
 from harness.replay import production_replayer
-from tests.ledger.test_ledger_workflow import (
-    enqueue,
-    http_input,
-    live_ledger,
-    record_history,
-    settled,
-    start_ledger,
-)
 from tests.support.helpers import HISTORY_DIR, eventually
 from tests.support.ledger import (
     COMPLETE,
     Answer,
     Received,
+    enqueue,
+    http_input,
     intent,
     ledger_worker,
+    live_ledger,
     operations,
+    record_history,
     recording_server,
     requests,
+    settled,
     snapshot,
+    start_ledger,
 )
 from workflows.ledger import core
 from workflows.ledger.models import LEFT_OUT_UNSET

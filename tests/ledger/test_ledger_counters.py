@@ -8,9 +8,8 @@ import re
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from tests.ledger.test_ledger_workflow import enqueue, live_ledger, settled
 from tests.support.helpers import durability_cli, eventually, temporal_query
-from tests.support.ledger import intent
+from tests.support.ledger import enqueue, intent, live_ledger, settled
 
 pytestmark = pytest.mark.cacheless
 

@@ -23,22 +23,20 @@ from temporalio.worker import Worker
 
 from activities.ledger import ledger_activities
 from durability.registry import workflow_runner
-from tests.ledger.test_ledger_workflow import (
-    enqueue,
-    http_input,
-    live_ledger,
-    settled,
-    start_ledger,
-)
 from tests.support.helpers import cache_options, eventually
 from tests.support.ledger import (
     Answer,
+    enqueue,
+    http_input,
     intent,
     ledger_worker,
+    live_ledger,
     operations,
     recording_server,
     requests,
+    settled,
     snapshot,
+    start_ledger,
 )
 from workflows.ledger.models import LedgerInput
 from workflows.ledger.workflow import OperationLedgerWorkflow

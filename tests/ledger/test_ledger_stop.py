@@ -15,9 +15,18 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
-from tests.ledger.test_ledger_workflow import enqueue, live_ledger, record_history
 from tests.support.helpers import durability_cli, eventually
-from tests.support.ledger import DELAY_HEADER, Answer, LedgerServer, intent, operations, snapshot
+from tests.support.ledger import (
+    DELAY_HEADER,
+    Answer,
+    LedgerServer,
+    enqueue,
+    intent,
+    live_ledger,
+    operations,
+    record_history,
+    snapshot,
+)
 from workflows.ledger.models import RetryConfig
 
 pytestmark = pytest.mark.cacheless

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -24,80 +22,25 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from activities.ledger import compile_passthrough, ledger_activities
-from tests.support.helpers import eventually, recording_histories, save_history, temporal
+from tests.support.helpers import eventually, temporal
 from tests.support.ledger import (
     Answer,
-    LedgerServer,
-    Responder,
-    all_settled,
-    applied,
+    enqueue,
+    http_input,
     intent,
     ledger_worker,
+    live_ledger,
     operations,
+    record_history,
     recording_server,
     requests,
+    settled,
     snapshot,
+    start_ledger,
 )
-from workflows.ledger.models import LedgerInput, RetentionConfig, RetryConfig
+from workflows.ledger.models import LedgerInput, RetentionConfig
 
 pytestmark = pytest.mark.cacheless
-
-FAST_RETRY = RetryConfig(initial_interval_ms=50, backoff_coefficient=2.0, maximum_interval_ms=200)
-
-
-def http_input(**overrides: Any) -> LedgerInput:
-    """Ledger input using the HTTP activities and fast retries."""
-    values: dict[str, Any] = {
-        "submit_activity": "http_submit",
-        "query_activity": "http_query",
-        "retry": FAST_RETRY,
-    }
-    values.update(overrides)
-    return LedgerInput(**values)
-
-
-async def record_history(
-    client: Client, workflow_id: str, name: str, run_id: str | None = None
-) -> None:
-    """When recording histories, save this run's as `ledger_<name>` for the replay test."""
-    if recording_histories():
-        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        save_history(f"ledger_{name}", history)
-
-
-async def start_ledger(
-    client: Client, ledger_id: str, task_queue: str, config: LedgerInput
-) -> WorkflowHandle[Any, Any]:
-    return await client.start_workflow(
-        "OperationLedger", config, id=f"ledger:{ledger_id}", task_queue=task_queue
-    )
-
-
-@asynccontextmanager
-async def live_ledger(
-    client: Client, task_queue: str, ledger_id: str, answer: Responder = applied, **config: Any
-) -> AsyncIterator[tuple[LedgerServer, WorkflowHandle[Any, Any]]]:
-    """A recording HTTP server answering with `answer`, a worker whose HTTP activities call it,
-    and a ledger started with `http_input(**config)`; the server's record outlives the block."""
-    with recording_server(answer) as server:
-        async with ledger_worker(client, task_queue, ledger_activities(server.base_url)):
-            yield server, await start_ledger(client, ledger_id, task_queue, http_input(**config))
-
-
-async def enqueue(handle: WorkflowHandle[Any, Any], *intents: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = await handle.execute_update(
-        "enqueue", {"operations": list(intents)}, result_type=dict
-    )
-    return result
-
-
-async def settled(handle: WorkflowHandle[Any, Any], timeout: float = 30) -> dict[str, Any]:
-    async def check() -> dict[str, Any] | None:
-        snap = await snapshot(handle)
-        return snap if all_settled(snap) else None
-
-    result: dict[str, Any] = await eventually(check, timeout=timeout)
-    return result
 
 
 async def test_enqueue_by_update_with_start_records_and_reports_duplicates(

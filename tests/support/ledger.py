@@ -1,7 +1,9 @@
-"""Support for the ledger tests: a recording HTTP server on 127.0.0.1 and a ledger worker."""
+"""Support for the ledger tests: a recording HTTP server on 127.0.0.1, a ledger worker, and the
+set-up several ledger tests share (start, enqueue, wait until settled, record a history)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -12,12 +14,16 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from activities.ledger import ledger_activities
+from activities.ledger import compile_passthrough, ledger_activities
 from durability.registry import workflow_runner
-from tests.support.helpers import cache_options
+from tests.support.helpers import cache_options, eventually, recording_histories, save_history
+from workflows.ledger import request_workflow_id
+from workflows.ledger.models import LedgerInput, RetryConfig
 from workflows.ledger.request import FrozenRequestWorkflow
 from workflows.ledger.workflow import OperationLedgerWorkflow
 
@@ -249,3 +255,105 @@ def intent(
         "payload": {"op": op_id},
         **extra,
     }
+
+
+# Retries fast enough for a test to see several attempts.
+FAST_RETRY = RetryConfig(initial_interval_ms=50, backoff_coefficient=2.0, maximum_interval_ms=200)
+
+
+def http_input(**overrides: Any) -> LedgerInput:
+    """Ledger input using the HTTP activities and fast retries."""
+    values: dict[str, Any] = {
+        "submit_activity": "http_submit",
+        "query_activity": "http_query",
+        "retry": FAST_RETRY,
+    }
+    values.update(overrides)
+    return LedgerInput(**values)
+
+
+async def record_history(
+    client: Client, workflow_id: str, name: str, run_id: str | None = None
+) -> None:
+    """When recording histories, save this run's as `ledger_<name>` for the replay test."""
+    if recording_histories():
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        save_history(f"ledger_{name}", history)
+
+
+async def start_ledger(
+    client: Client, ledger_id: str, task_queue: str, config: LedgerInput
+) -> WorkflowHandle[Any, Any]:
+    """A ledger `ledger:<ledger_id>` started with `config`."""
+    return await client.start_workflow(
+        "OperationLedger", config, id=f"ledger:{ledger_id}", task_queue=task_queue
+    )
+
+
+@asynccontextmanager
+async def live_ledger(
+    client: Client, task_queue: str, ledger_id: str, answer: Responder = applied, **config: Any
+) -> AsyncIterator[tuple[LedgerServer, WorkflowHandle[Any, Any]]]:
+    """A recording HTTP server answering with `answer`, a worker whose HTTP activities call it,
+    and a ledger started with `http_input(**config)`; the server's record outlives the block."""
+    with recording_server(answer) as server:
+        async with ledger_worker(client, task_queue, ledger_activities(server.base_url)):
+            yield server, await start_ledger(client, ledger_id, task_queue, http_input(**config))
+
+
+async def enqueue(handle: WorkflowHandle[Any, Any], *intents: dict[str, Any]) -> dict[str, Any]:
+    """The `enqueue` update with these intents; its answer."""
+    result: dict[str, Any] = await handle.execute_update(
+        "enqueue", {"operations": list(intents)}, result_type=dict
+    )
+    return result
+
+
+async def settled(handle: WorkflowHandle[Any, Any], timeout: float = 30) -> dict[str, Any]:
+    """The snapshot once every operation is resolved or blocked."""
+
+    async def check() -> dict[str, Any] | None:
+        snap = await snapshot(handle)
+        return snap if all_settled(snap) else None
+
+    result: dict[str, Any] = await eventually(check, timeout=timeout)
+    return result
+
+
+async def cancel_requested(
+    client: Client, ledger_id: str, handle: WorkflowHandle[Any, Any]
+) -> None:
+    """Until the request workflow of the ledger's only request has asked to cancel its call."""
+
+    async def asked() -> bool:
+        [request] = (await snapshot(handle))["requests"]
+        child = client.get_workflow_handle(request_workflow_id(ledger_id, request["id"]))
+        events = [e.event_type async for e in child.fetch_history_events()]
+        return EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED in events
+
+    await eventually(asked, timeout=30)
+
+
+class BlockedCompletion:
+    """Far-side activities whose `submit` and `query` answer `applied` and whose `complete`
+    sets `started` and waits for `release`, without a heartbeat (a cancellation never reaches
+    it): the window in which a ledger stops while a completion is still running."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+        @activity.defn(name="submit")
+        async def submit(request: dict[str, Any]) -> dict[str, Any]:
+            return {"outcome": "applied"}
+
+        @activity.defn(name="query")
+        async def query(request: dict[str, Any]) -> dict[str, Any]:
+            return {"outcome": "applied"}
+
+        @activity.defn(name="complete")
+        async def complete(request: dict[str, Any], status: dict[str, Any]) -> None:
+            self.started.set()
+            await self.release.wait()
+
+        self.activities: list[Callable[..., Any]] = [compile_passthrough, submit, query, complete]
