@@ -25,7 +25,8 @@ from durability.codec import (
     UnknownKeyError,
     codec_from_env,
 )
-from durability.codec_server import CodecServerSettings, RunningCodecServer, origins_from, start
+from durability.codec_server import CodecServerSettings, origins_from, start
+from durability.serving import RunningServer
 from tests.support.helpers import PROJECT_ROOT
 
 KEY = os.urandom(32)
@@ -276,7 +277,7 @@ async def counting() -> CountingCodec:
     return CountingCodec(EncryptionCodec(KEY))
 
 
-async def running(codec: PayloadCodec, **settings: Any) -> RunningCodecServer:
+async def running(codec: PayloadCodec, **settings: Any) -> RunningServer:
     return await start(codec, CodecServerSettings.build(**settings), port=0)
 
 
