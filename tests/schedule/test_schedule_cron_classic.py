@@ -6,18 +6,17 @@ the field's end), each item meaning the same wherever it stands (`9-9` is 9, `0,
 value); months and days of the week also take their three-letter names; day-of-week 7 is
 Sunday; the `@` macros stand for their five fields. A day fires when its
 month matches and, if the day-of-month or day-of-week field begins with `*`, both day fields
-match, otherwise either. It walks the matching wall times forward and maps each to the
-instants it names, with the DST choices `workflows.schedule.cron` documents: a time in a
+match, otherwise either. Unlike the built-in, which walks matching wall times and maps each
+to its instants, the model walks instants minute by minute and reads each as a wall time
+with `zoneinfo`, with the DST choices `workflows.schedule.cron` documents: a time in a
 spring-forward gap fires once at the end of the gap (at its second of the minute) unless the
-expression names every hour;
-a time in a fall-back hour fires in its first copy, and in its second too when the hour
-field begins with `*`.
+expression names every hour; a time in a fall-back hour fires in its first copy, and in its
+second too when the hour field begins with `*`.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -137,74 +136,88 @@ def day_fires(cron: Cron, day: date) -> bool:
     return by_day or by_weekday
 
 
-def wall_times(cron: Cron, start: datetime) -> Iterator[datetime]:
-    """Every matching local wall time from `start` on, in order, for MODEL_YEARS."""
-    day = start.date()
-    for _ in range(366 * MODEL_YEARS):
+MINUTE = 60
+# Far more than any change of a zone's offset between two dates: a jump over days that do
+# not fire lands this much early, so no instant of a firing day is passed over.
+JUMP_MARGIN = timedelta(hours=6)
+
+
+def _wall(moment: int, zone: ZoneInfo) -> datetime:
+    """The local wall time (naive) at an epoch second."""
+    return datetime.fromtimestamp(moment, zone).replace(tzinfo=None)
+
+
+def _wall_minute_fires(cron: Cron, wall: datetime) -> bool:
+    return day_fires(cron, wall.date()) and wall.hour in cron.hours and wall.minute in cron.minutes
+
+
+def _copy_fires(cron: Cron, moment: int, ambiguous: str) -> bool:
+    """Whether the instant `moment` fires for its wall time: always, unless that wall time
+    happens twice (the clock fell back), when only the copies the rules pick fire."""
+    local = datetime.fromtimestamp(moment, cron.zone)
+    repeated = local.replace(fold=1 - local.fold).utcoffset() != local.utcoffset()
+    if not repeated or cron.hours_star or ambiguous == "both":
+        return True
+    return local.fold == (1 if ambiguous == "last" else 0)
+
+
+def _next_firing_day(cron: Cron, day: date, last: date) -> date | None:
+    while day <= last:
         if day_fires(cron, day):
-            for hour in sorted(cron.hours):
-                if (day, hour) < (start.date(), start.hour):
-                    continue
-                for minute in sorted(cron.minutes):
-                    for second in sorted(cron.seconds):
-                        wall = datetime(day.year, day.month, day.day, hour, minute, second)
-                        if wall >= start:
-                            yield wall
+            return day
         day += timedelta(days=1)
-
-
-def _gap_end(zone: ZoneInfo, before: int, after: int) -> int:
-    """The first second in (before, after] on the offset `after` has: where the gap ends."""
-    offset = datetime.fromtimestamp(after, zone).utcoffset()
-    while after - before > 1:
-        middle = (before + after) // 2
-        if datetime.fromtimestamp(middle, zone).utcoffset() == offset:
-            after = middle
-        else:
-            before = middle
-    return after
-
-
-def instants(cron: Cron, wall: datetime, policy: tuple[str, str] = ("shift", "first")) -> list[int]:
-    """The epoch seconds a wall time fires at under a daylight-saving `policy`
-    (nonexistent, ambiguous)."""
-    nonexistent, ambiguous = policy
-    earlier = int(wall.replace(tzinfo=cron.zone, fold=0).timestamp())
-    later = int(wall.replace(tzinfo=cron.zone, fold=1).timestamp())
-    if datetime.fromtimestamp(earlier, cron.zone).replace(tzinfo=None) != wall:
-        # In a spring-forward gap: fold 0 reads it on the offset before, fold 1 after.
-        if cron.hours == EVERY_HOUR or nonexistent == "skip":
-            return []
-        # Moved on by whole minutes: the end of the gap, at the wall time's second.
-        return [_gap_end(cron.zone, min(earlier, later), max(earlier, later)) + wall.second]
-    if earlier == later:
-        return [earlier]
-    if cron.hours_star or ambiguous == "both":
-        return [earlier, later]
-    return [later] if ambiguous == "last" else [earlier]
+    return None
 
 
 def model_next(
     expression: str, after_ms: int, policy: tuple[str, str] = ("shift", "first")
 ) -> int | None:
-    """The model's first firing strictly after `after_ms`, in epoch ms."""
+    """The model's first firing strictly after `after_ms`, in epoch ms.
+
+    It walks instants, not wall times: every UTC minute from `after_ms` on, read as a local
+    wall time by `zoneinfo`. A minute whose wall time matches fires at each of its seconds
+    (a repeated wall time only in the copies the rules pick); when the wall clock jumps
+    forward between two minutes, each matching wall time it jumped over fires at the minute
+    after the jump (at its own second), unless the expression names every hour or
+    `nonexistent` is `skip`, and only for a search from before the jump. Days that cannot
+    fire are jumped over by the calendar alone."""
+    nonexistent, ambiguous = policy
     cron = parse(expression)
-    after = datetime.fromtimestamp(after_ms // 1000, UTC)
-    local = [(after + timedelta(minutes=15 * k)).astimezone(cron.zone) for k in range(13)]
-    start = min(moment.replace(tzinfo=None) for moment in local)
-    if start < local[0].replace(tzinfo=None):
-        # A fall-back within the next hours: earlier wall times fire again in its second copy.
-        start -= timedelta(minutes=15)
-    best: int | None = None
-    for wall in wall_times(cron, start):
-        fired = instants(cron, wall, policy)
-        for candidate in fired:
-            if candidate * 1000 > after_ms:
-                best = candidate if best is None else min(best, candidate)
-        if fired and fired[0] * 1000 > after_ms:
-            # Later wall times fire later; only second copies of earlier ones came before.
-            assert best is not None
-            return best * 1000
+    after = after_ms // 1000
+    end = after + MODEL_YEARS * 366 * 86_400
+    moment = after - after % MINUTE
+    previous = _wall(moment - MINUTE, cron.zone)
+    while moment <= end:
+        wall = _wall(moment, cron.zone)
+        if not day_fires(cron, wall.date()) and wall - previous == timedelta(minutes=1):
+            firing_day = _next_firing_day(cron, wall.date(), date(wall.year + MODEL_YEARS, 1, 1))
+            if firing_day is None:
+                return None
+            if firing_day > wall.date():
+                midnight = datetime(firing_day.year, firing_day.month, firing_day.day)
+                jump = int((midnight - wall - JUMP_MARGIN).total_seconds()) // MINUTE * MINUTE
+                if jump > 0:
+                    moment += jump
+                    previous = _wall(moment - MINUTE, cron.zone)
+                    continue
+        found: list[int] = []
+        if _wall_minute_fires(cron, wall) and _copy_fires(cron, moment, ambiguous):
+            found += [moment + second for second in cron.seconds]
+        # A gap fires once: from a moment at or past its end, its wall times are behind.
+        skipped = previous + timedelta(minutes=1) if moment > after else wall
+        while skipped < wall:
+            if (
+                _wall_minute_fires(cron, skipped)
+                and cron.hours != EVERY_HOUR
+                and nonexistent != "skip"
+            ):
+                found += [moment + second for second in cron.seconds]
+            skipped += timedelta(minutes=1)
+        later = [candidate for candidate in found if candidate > after]
+        if later:
+            return min(later) * 1000
+        previous = wall
+        moment += MINUTE
     return None
 
 
@@ -292,7 +305,10 @@ def transitions(zone_name: str) -> list[int]:
     while moment < end:
         following = datetime.fromtimestamp(moment + step, zone).utcoffset()
         if following != offset:
-            found.append(_gap_end(zone, moment, moment + step))
+            change = moment + MINUTE
+            while datetime.fromtimestamp(change, zone).utcoffset() == offset:
+                change += MINUTE
+            found.append(change)
             offset = following
         moment += step
     return found
