@@ -27,6 +27,7 @@ from tests.support.ledger import (
     Answer,
     enqueue,
     http_input,
+    in_flight_request,
     intent,
     ledger_worker,
     live_ledger,
@@ -702,3 +703,150 @@ async def _compacted(
     counts = snap["counts"]
     done = counts["operations"] == {"resolved": resolved} and counts["forgotten"] == remembered
     return snap if done else None
+
+
+async def phase_of(handle: WorkflowHandle[Any, Any], op_id: str) -> str:
+    return str(operations(await snapshot(handle))[op_id]["phase"])
+
+
+async def _phase_is(handle: WorkflowHandle[Any, Any], op_id: str, phase: str) -> bool:
+    return await phase_of(handle, op_id) == phase
+
+
+async def test_a_request_whose_workflow_fails_blocks_until_resume_which_asks_first(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """A request's workflow that ends without reporting (here: terminated by an operator)
+    blocks its operation with `request_workflow_failed`, keeping its canvas; `resume` starts
+    it again with the same frozen body and its recorded next action (a query: the submit
+    was sent)."""
+    decided = {"yes": False}
+
+    def answer(method: str, _request_id: str, _count: int) -> Answer:
+        if method == "GET" and decided["yes"]:
+            return 200, {}, {"outcome": "applied"}
+        return 202, {}, {"outcome": "accepted"}
+
+    async with live_ledger(client, task_queue, unique, answer) as (server, handle):
+        await enqueue(handle, intent("a", ["c1"]), intent("b", ["c1"]))
+        request = await in_flight_request(handle, "a")
+        child = client.get_workflow_handle(f"request:{unique}:{request['id']}")
+        await child.terminate("an operator gave up on it")
+
+        async def blocked() -> dict[str, Any] | None:
+            snap = await snapshot(handle)
+            return snap if operations(snap)["a"]["phase"] == "blocked" else None
+
+        snap = await eventually(blocked, timeout=30)
+        a = operations(snap)["a"]
+        assert a["blockers"][0].startswith("request_workflow_failed: ")
+        assert requests(snap)[request["id"]]["phase"] == "blocked"
+        assert snap["claims"] == {"c1": request["id"]}
+        assert operations(snap)["b"]["phase"] == "pending"
+        sent_before = len(server.sent(request["id"]))
+        decided["yes"] = True
+        resumed = await handle.execute_update("resume", {}, result_type=dict)
+        assert resumed == {"resumed": [request["id"]]}
+        snap = await settled(handle)
+    ops = operations(snap)
+    assert ops["a"]["outcome"] == ops["b"]["outcome"] == "applied"
+    assert ops["a"]["request_id"] == request["id"]
+    after_resume = [r.method for r in server.sent(request["id"])[sent_before:]]
+    assert after_resume and set(after_resume) == {"GET"}  # asked (it had been applied)
+    assert server.violations == []  # one body per request ID, one request per canvas
+
+
+async def test_a_request_whose_workflow_id_is_taken_blocks_as_already_running(
+    client: Client, task_queue: str, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`resume` starts a blocked request's workflow again under its ID; while another
+    workflow holds that ID the start is retried, then the request is blocked with
+    `request_workflow_already_running` until a later `resume` (tries cut from 60 to 2
+    here, so the test does not wait a minute)."""
+    monkeypatch.setattr("workflows.ledger.request.CHILD_START_TRIES", 2)
+    fixed = {"yes": False}
+
+    def answer(method: str, _request_id: str, _count: int) -> Answer:
+        if not fixed["yes"]:
+            return 401, {}, {"error": "token expired"}
+        return 200, {}, {"outcome": "applied"}
+
+    async with live_ledger(client, task_queue, unique, answer) as (server, handle):
+        await enqueue(handle, intent("a", ["c1"]))
+        await eventually(lambda: _phase_is(handle, "a", "blocked"), timeout=30)
+        request_id = operations(await snapshot(handle))["a"]["request_id"]
+        workflow_id = f"request:{unique}:{request_id}"
+        await client.get_workflow_handle(workflow_id).result()  # the blocked loop ended
+        squatter = await client.start_workflow(
+            "Squatter", id=workflow_id, task_queue=f"{task_queue}-nobody"
+        )
+        fixed["yes"] = True
+        assert await handle.execute_update("resume", {}, result_type=dict) == {
+            "resumed": [request_id]
+        }
+
+        async def already_running() -> dict[str, Any] | None:
+            snap = await snapshot(handle)
+            a = operations(snap)["a"]
+            return snap if a["blockers"] == ["request_workflow_already_running"] else None
+
+        snap = await eventually(already_running, timeout=30)
+        assert requests(snap)[request_id]["phase"] == "blocked"
+        assert snap["claims"] == {"c1": request_id}
+        sent_while_taken = len(server.sent(request_id))
+        await squatter.terminate("the ID is free again")
+        await handle.execute_update("resume", {})
+        snap = await settled(handle)
+    assert operations(snap)["a"]["outcome"] == "applied"
+    assert sent_while_taken == 1  # only the blocked submit: nothing was sent meanwhile
+    assert [r.method for r in server.sent(request_id)] == ["POST", "GET"]
+    assert server.violations == []
+
+
+async def test_supported_protocol_versions_decide_which_requests_are_sent(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """A ledger whose interpreter speaks only protocol 2 sends version-2 requests and blocks
+    version-1 ones before anything is sent (L11), whatever the default is."""
+    async with live_ledger(client, task_queue, unique, supported_protocol_versions=[2]) as (
+        server,
+        handle,
+    ):
+        await enqueue(
+            handle,
+            intent("v2", ["c1"], protocol_version=2),
+            intent("v1", ["c2"], protocol_version=1),
+        )
+        snap = await settled(handle)
+    ops = operations(snap)
+    assert ops["v2"]["outcome"] == "applied"
+    assert (ops["v1"]["phase"], ops["v1"]["blockers"]) == (
+        "blocked",
+        ["request_interpreter_unavailable"],
+    )
+    assert json.loads(server.bodies[ops["v2"]["request_id"]])["protocol_version"] == 2
+    assert server.sent(ops["v1"]["request_id"]) == []
+    assert snap["claims"] == {"c2": ops["v1"]["request_id"]}
+
+
+async def test_participant_free_types_are_the_configured_ones(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """With `participant_free_types: ["doc.export"]`, an export without canvases is sent,
+    and an upload without canvases (participant-free by default) is refused at enqueue (L5:
+    it could never dispatch), naming the field and the type."""
+    async with live_ledger(client, task_queue, unique, participant_free_types=["doc.export"]) as (
+        server,
+        handle,
+    ):
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await enqueue(handle, intent("upload", [], operation_type="asset.upload"))
+        assert "operations.0.participants" in str(refused.value.cause)
+        assert "'asset.upload'" in str(refused.value.cause)
+        await enqueue(handle, intent("export", [], operation_type="doc.export"))
+        snap = await settled(handle)
+    ops = operations(snap)
+    assert ops["export"]["outcome"] == "applied"
+    assert json.loads(server.bodies[ops["export"]["request_id"]])["canvas_ids"] == []
+    assert "upload" not in ops
+    assert len(server.bodies) == 1

@@ -19,7 +19,10 @@ import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowHandle,
+)
 from temporalio.worker import Worker
 
 from durability.client import DurabilityClient
@@ -27,6 +30,12 @@ from durability.connect import data_converter
 from durability.plugin import DurabilityPlugin
 from harness.fleet import WorkerFleet
 from harness.recorder import Recorder
+from tests.schedule.test_schedule_workflow import (
+    _no_runs_left,
+    set_schedule,
+    start_schedule,
+)
+from tests.support.fakes import ScheduleFake
 from tests.support.helpers import cache_options, eventually, record_history, schedule_worker
 from workflows.schedule.models import PLUGIN_RUN_STOP_ALLOWANCE_MS
 from workflows.schedule.run import RUN_PATHS_PATCH
@@ -375,3 +384,43 @@ async def test_a_plugin_hosted_run_shorter_than_the_heartbeat_interval_records_n
     if heartbeat_ms is None:
         history = await client.get_workflow_handle(run_id).fetch_history()
         record_history("schedule_run_0_1_1_plugin_complete", history)
+
+
+@pytest.mark.cacheless
+async def test_activity_task_queue_sends_every_activity_of_a_schedule_to_that_queue(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """The workflows' worker has no activities; a second worker serves only the activity
+    queue named in the start input (e.g. activities written in another SDK)."""
+    recorder = ScheduleFake()
+    activity_queue = f"{task_queue}-activities"
+    async with (
+        schedule_worker(client, task_queue),
+        Worker(client, task_queue=activity_queue, activities=recorder.activities()),
+    ):
+        handle = await start_schedule(
+            client, task_queue, unique, activity_task_queue=activity_queue
+        )
+        await set_schedule(handle, expression=YEARLY, version=1)
+        scheduled_time = await handle.execute_update("trigger", {}, result_type=int)
+        await eventually(_no_runs_left(handle), timeout=20)
+        key = f"{unique}:{scheduled_time}"
+        await eventually(
+            lambda: (
+                {"due", "started", "settled"}
+                <= {e["type"] for e in recorder.events if e["id"] == key}
+            ),
+            timeout=10,
+        )
+        await handle.terminate("test done")
+    assert [r["scheduled_time"] for r in recorder.started] == [scheduled_time]
+    assert recorder.accepted == [scheduled_time]
+    queues = set()
+    for workflow_id in (handle.id, f"schedule-run:{key}"):
+        history = await client.get_workflow_handle(workflow_id).fetch_history()
+        queues |= {
+            e.activity_task_scheduled_event_attributes.task_queue.name
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        }
+    assert queues == {activity_queue}

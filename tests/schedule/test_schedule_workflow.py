@@ -3,6 +3,7 @@ FIFO queue, timeouts, outcome retries, dead letters, continue-as-new and bad inp
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
@@ -15,6 +16,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
@@ -25,6 +27,8 @@ from tests.support.helpers import eventually, schedule_worker, temporal
 from workflows import search_attributes
 
 pytestmark = pytest.mark.cacheless
+
+YEARLY = "0 0 1 1 *"
 
 
 async def start_schedule(
@@ -640,3 +644,104 @@ async def test_trigger_rejections_are_typed_and_not_retryable(
         assert (cause.type, cause.non_retryable) == (kind, True)
         assert text in cause.message
     assert len(recorder.started) == 1
+
+
+async def event_kinds(client: Client, workflow_id: str) -> list[EventType.ValueType]:
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return [event.event_type for event in history.events]
+
+
+async def test_an_invalid_start_input_fails_the_schedule_once_naming_the_field(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = ScheduleFake()
+    async with schedule_worker(client, task_queue, recorder.activities()):
+        handle = await client.start_workflow(
+            "DurabilitySchedule",
+            {
+                "max_concurrent_runs": 0,
+                "outcome_retries": {"max_attempts": 0},
+                "overlap": "sometimes",
+            },
+            id=f"schedule:{unique}",
+            task_queue=task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await asyncio.wait_for(handle.result(), timeout=20)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert (cause.type, cause.non_retryable) == ("InvalidStartInput", True)
+    for named in ("max_concurrent_runs", "max_attempts", "overlap", "sometimes"):
+        assert named in cause.message, (named, cause.message)
+    kinds = await event_kinds(client, handle.id)
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds  # failed once, not retried
+    assert kinds[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED
+
+
+async def next_tick_at(handle: WorkflowHandle[Any, Any]) -> int | None:
+    """The published `DurabilityNextTickAt`, in epoch ms."""
+    described = await handle.describe()
+    value = described.typed_search_attributes.get(search_attributes.NEXT_TICK_AT)
+    return None if value is None else int(value.timestamp() * 1000)
+
+
+async def _published(handle: WorkflowHandle[Any, Any], expected: int | None) -> bool:
+    return await next_tick_at(handle) == expected
+
+
+async def test_next_tick_at_is_refreshed_when_the_tick_moves_earlier_or_over_a_minute_later(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """docs/schedules.md: `DurabilityNextTickAt` is never later than the real next tick and at
+    most a minute earlier; it is not upserted on every tick."""
+    recorder = ScheduleFake()
+    schedule = {"expression": YEARLY, "version": 1}
+    async with live_schedule(client, task_queue, unique, recorder, schedule) as handle:
+        new_year = (await handle.query("get"))["next_at"]
+        await eventually(lambda: _published(handle, new_year))
+
+        # Earlier: refreshed at once.
+        assert await set_schedule(handle, expression="@every 1s", version=2)
+        every_second = (await handle.query("get"))["next_at"]
+        assert every_second < new_year
+        await eventually(lambda: _published(handle, every_second))
+
+        # Later by a second per tick: left alone (never later than the real next tick).
+        await eventually(lambda: len(recorder.started) >= 3, timeout=20)
+        real = (await handle.query("get"))["next_at"]
+        assert real >= every_second + 3000
+        assert await next_tick_at(handle) == every_second
+
+        # Later by more than a minute: refreshed.
+        assert await set_schedule(handle, expression=YEARLY, version=3)
+        await eventually(lambda: _published(handle, new_year))
+
+        # Nothing to tick: unset.
+        await handle.execute_update("cancel", {})
+        await eventually(lambda: _published(handle, None))
+        await eventually(_no_runs_left(handle), timeout=20)
+
+
+async def _dropped(handle: WorkflowHandle[Any, Any], count: int) -> bool:
+    return bool(await handle.query("dropped_signals") == count)
+
+
+async def _cancelled(handle: WorkflowHandle[Any, Any]) -> bool:
+    return await handle.query("get") is None
+
+
+async def test_a_bad_cancel_signal_is_dropped_and_counted_and_the_schedule_stays_live(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = ScheduleFake()
+    schedule = {"expression": YEARLY, "version": 3}
+    async with live_schedule(client, task_queue, unique, recorder, schedule) as handle:
+        await handle.signal("cancel", {"version": "3"})
+        await handle.signal("cancel", {"versoin": 3})
+        await handle.signal("cancel", "now")
+        await eventually(lambda: _dropped(handle, 3), timeout=20)
+        assert (await handle.query("get"))["version"] == 3
+        await handle.signal("cancel", {"version": 3})
+        await eventually(lambda: _cancelled(handle), timeout=20)
+        assert await handle.query("dropped_signals") == 3
+        await handle.terminate("test done")

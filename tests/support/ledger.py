@@ -334,6 +334,21 @@ async def cancel_requested(
     await eventually(asked, timeout=30)
 
 
+async def in_flight_request(handle: WorkflowHandle[Any, Any], op_id: str) -> dict[str, Any]:
+    """The operation's request once it is in flight and sent at least once."""
+
+    async def sent() -> dict[str, Any] | None:
+        snap = await snapshot(handle)
+        request_id = operations(snap)[op_id]["request_id"]
+        request = requests(snap).get(request_id) if request_id else None
+        if request is not None and request["phase"] == "in_flight" and request["attempt"] >= 1:
+            return request
+        return None
+
+    result: dict[str, Any] = await eventually(sent, timeout=30)
+    return result
+
+
 class BlockedCompletion:
     """Far-side activities whose `submit` and `query` answer `applied` and whose `complete`
     sets `started` and waits for `release`, without a heartbeat (a cancellation never reaches
