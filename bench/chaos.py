@@ -1,4 +1,4 @@
-"""`python -m bench.chaos`: the long chaos run (issue 6), the fast one being
+"""`python -m bench.chaos`: the long chaos run, the fast one being
 tests/infrastructure/test_chaos.py.
 
 A 3-worker fleet of real `python -m worker` processes against its own file-backed dev server:

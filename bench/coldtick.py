@@ -1,5 +1,5 @@
 """`python -m bench.coldtick`: what a tick costs on a worker that has the schedule cached and
-on one that has evicted it (issue 29), on ONE real `python worker.py` process.
+on one that has evicted it, on ONE real `python worker.py` process.
 
 It starts an in-memory dev server, a local HTTP far side (the schedule's run/outcome webhooks
 and the ledger's `/requests`, each answered at once and timed), and `python -m worker` with

@@ -1,4 +1,4 @@
-"""`python -m bench.scale_worker`: goal 5 of issue 13, measured the way production runs.
+"""`python -m bench.scale_worker`: the worker's scale goal, measured the way production runs.
 
 "10,000 idle hourly schedules on one worker start in < 60 s with worker RSS < 512 MiB."
 Unlike the `scale` scenario of `python -m bench` (worker inside the bench process, cache

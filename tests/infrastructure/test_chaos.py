@@ -16,8 +16,8 @@ import pytest
 from harness.chaos import ChaosConfig, run_chaos
 
 # Suite size: 8 schedules, 100 operations over 4 ledgers, a 36 s window (~2 min in all).
-# Nine runs in ten answered slowly, so that a kill lands mid-run: at the default half, a CI
-# run on 0b12bc9 had 7 kills and none cut a run.
+# Nine runs in ten answered slowly, so that a kill lands mid-run: at the default half, one CI
+# run had 7 kills and none cut a run.
 SUITE = ChaosConfig(
     schedules=8, operations=100, ledgers=4, window_s=36.0, slow_run_rate=0.9, seed=6
 )

@@ -1,5 +1,5 @@
 """Product metrics on a real worker's `/metrics`, scraped by a real Prometheus that evaluates the
-alert rules shipped in `deploy/prometheus/` (issue 28, item 4). `promtool` checks the rules and
+alert rules shipped in `deploy/prometheus/`. `promtool` checks the rules and
 runs their unit tests (`deploy/prometheus/alerts.test.yml`).
 
 Prometheus is Debian's `prometheus` package (`.ci/run` installs it). Without it these tests skip,

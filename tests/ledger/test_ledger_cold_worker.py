@@ -294,7 +294,7 @@ async def test_message_after_completion_on_a_cold_worker(
             if completion in WITH_COMPLETE | {"grant_relaunch"} and message == "stop":
                 # Not at once: `stop` completes the ledger (and cancels the child) in its own
                 # task, and a child's report racing that task fails it (UnhandledCommand), a
-                # known race of `stop` (issue 25 item 4), not of the completion (a granted
+                # known race of `stop`, not of the completion (a granted
                 # retry is a child in flight too).
                 await until_phase(handle, "A", "resolved", "blocked")
             await MESSAGES[message](case)

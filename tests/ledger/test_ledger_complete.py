@@ -1,4 +1,4 @@
-"""The completion hook (`complete_activity`, issue 25 item 3) end to end: OperationLedger and
+"""The completion hook (`complete_activity`) end to end: OperationLedger and
 FrozenRequest on the real dev server, the built-in `http_complete` webhook against a
 recording HTTP server on 127.0.0.1.
 

@@ -1,4 +1,4 @@
-"""`stop` forgets nothing (issue 25, item 4), end to end: a real dev server, a real worker and
+"""`stop` forgets nothing, end to end: a real dev server, a real worker and
 a recording HTTP far side on 127.0.0.1.
 
 Before the ledger completes, each request whose submit may have reached the far side is asked

@@ -1,4 +1,4 @@
-"""Fuzzing the four workflows' messages and start inputs on the real dev server (issue 14, 4).
+"""Fuzzing the four workflows' messages and start inputs on the real dev server.
 
 Every message of `DurabilitySchedule` and `OperationLedger`, their start inputs, and the start
 inputs of `ScheduledRun` / `FrozenRequest` started by hand, go through a real client to a real

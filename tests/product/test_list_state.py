@@ -1,4 +1,4 @@
-"""`list` tells schedules apart by state and shows each ledger's counts (issue 27, item 5):
+"""`list` tells schedules apart by state and shows each ledger's counts:
 read from the memo each workflow publishes, so no query reaches any workflow."""
 
 from __future__ import annotations

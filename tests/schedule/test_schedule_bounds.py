@@ -1,4 +1,4 @@
-"""Bounds on a schedule's life end to end (issue 28 item 3): `catchup_window_ms`,
+"""Bounds on a schedule's life end to end: `catchup_window_ms`,
 `start_at` / `end_at`, `remaining_runs` and `pause_on_failure`, through the `durability` CLI,
 the `temporal` CLI and the time-skipping server; bad bounds refused before anything exists."""
 

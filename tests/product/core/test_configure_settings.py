@@ -171,8 +171,8 @@ def test_the_settings_left_are_bounded() -> None:
 
 
 def test_a_field_another_helper_adds_to_a_start_model_is_configurable_as_it_is() -> None:
-    """The merge reads the model, not a list of fields: a new start field (issue 28's bounds)
-    is configurable, within its bounds, with no code of its own."""
+    """The merge reads the model, not a list of fields: a new start field (the schedule's
+    bounds) is configurable, within its bounds, with no code of its own."""
 
     class WithBounds(ScheduleInput):
         remaining_runs: int | None = Field(None, ge=0)

@@ -413,7 +413,7 @@ def test_next_fire_times_stay_within_the_schedules_life(
     count: int,
 ) -> None:
     """None before `start_at`, none at or after `end_at`, at most `remaining_runs`: each
-    fire time is one a tick will wait for (the schedule bounds of issue 28 item 3)."""
+    fire time is one a tick will wait for (the schedule's bounds)."""
     end_at = None if length is None else (start_at or 0) + length
     bounds = {"start_at": start_at, "end_at": end_at, "remaining_runs": remaining}
     core = core_of(initial_state(ScheduleInput.model_validate(bounds)), **bounds)
