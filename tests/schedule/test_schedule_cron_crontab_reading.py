@@ -8,7 +8,6 @@ recorded by stand-ins for the builds before (no patch asked) replay on this buil
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +23,7 @@ from harness.replay import production_replayer
 from tests.schedule.test_schedule_cron_classic import model_next
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import eventually, schedule_worker
+from tests.support.schedule import patch_ids, start_schedule
 from workflows import SANDBOXED
 from workflows.kernel import NO_INPUT
 from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron
@@ -38,17 +38,6 @@ def other_hour_probe() -> str:
     """Every 2 seconds of one hour that is not this one nor the next (UTC)."""
     hour = (datetime.now(UTC).hour + 3) % 24
     return f"*/2 * {hour}-{hour} * * *"
-
-
-def markers(history: WorkflowHistory, patch: str) -> list[str]:
-    return [
-        patch_id
-        for event in history.events
-        if event.HasField("marker_recorded_event_attributes")
-        and event.marker_recorded_event_attributes.marker_name == "core_patch"
-        for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads
-        if (patch_id := json.loads(payload.data)["id"]) == patch
-    ]
 
 
 def now_ms() -> int:
@@ -103,14 +92,6 @@ class UnpatchedSchedule(DurabilityScheduleWorkflow):
         await super().run(input)
 
 
-async def start_schedule(
-    client: Client, task_queue: str, object_id: str, settings: dict[str, Any] | None = None
-) -> WorkflowHandle[Any, Any]:
-    return await client.start_workflow(
-        "DurabilitySchedule", settings or {}, id=f"schedule:{object_id}", task_queue=task_queue
-    )
-
-
 async def test_a_one_value_range_fires_in_its_hour_only_and_records_the_marker(
     client: Client, task_queue: str, unique: str
 ) -> None:
@@ -124,8 +105,8 @@ async def test_a_one_value_range_fires_in_its_hour_only_and_records_the_marker(
         assert next_at - before > 3_600_000  # croniter's reading: within 2 seconds
         await handle.execute_update("cancel", {})
         history = await handle.fetch_history()
-    assert markers(history, CRONTAB_READING_PATCH) == [CRONTAB_READING_PATCH]
-    assert markers(history, SET_RULES_PATCH) == []
+    assert patch_ids(history.events, CRONTAB_READING_PATCH) == [CRONTAB_READING_PATCH]
+    assert patch_ids(history.events, SET_RULES_PATCH) == []
 
 
 async def test_expressions_both_readings_agree_on_record_no_marker(
@@ -140,7 +121,7 @@ async def test_expressions_both_readings_agree_on_record_no_marker(
             await handle.execute_update("set", {"expression": expression, "version": version})
         await handle.execute_update("cancel", {})
         history = await handle.fetch_history()
-    assert markers(history, CRONTAB_READING_PATCH) == []
+    assert patch_ids(history.events, CRONTAB_READING_PATCH) == []
 
 
 async def test_a_carried_tick_croniter_found_moves_to_crontabs_next_time(
@@ -154,12 +135,12 @@ async def test_a_carried_tick_croniter_found_moves_to_crontabs_next_time(
     carried = {"version": 1, "expression": probe, "next_at": croniter_tick, "jitter_ms": 0}
     async with schedule_worker(client, task_queue):
         handle = await start_schedule(
-            client, task_queue, f"carried-{unique}", {"carried": {"schedule": carried}}
+            client, task_queue, f"carried-{unique}", carried={"schedule": carried}
         )
         assert (await handle.query("get"))["next_at"] == model_next(probe, croniter_tick)
         await handle.execute_update("cancel", {})
         history = await handle.fetch_history()
-    assert markers(history, CRONTAB_READING_PATCH) == [CRONTAB_READING_PATCH]
+    assert patch_ids(history.events, CRONTAB_READING_PATCH) == [CRONTAB_READING_PATCH]
 
 
 async def _no_runs(handle: WorkflowHandle[Any, Any]) -> bool:
@@ -214,7 +195,7 @@ async def test_a_run_recorded_by_croniters_reading_replays_as_recorded(
         f"schedule:old-reading-{unique}",
         {"set": {"expression": other_hour_probe(), "version": 1}},
     )
-    assert markers(history, CRONTAB_READING_PATCH) == []
+    assert patch_ids(history.events, CRONTAB_READING_PATCH) == []
     assert await replays(history, DurabilityScheduleWorkflow)
     assert not await replays(history, UnpatchedSchedule)
 
@@ -229,7 +210,7 @@ async def test_a_set_signal_an_older_build_applied_replays_as_applied(
         f"schedule:old-rules-{unique}",
         {"signal": True, "set": {"expression": "* * * * * *", "version": 1, "jitter_ms": 1000}},
     )
-    assert markers(history, SET_RULES_PATCH) == []
+    assert patch_ids(history.events, SET_RULES_PATCH) == []
     assert await replays(history, DurabilityScheduleWorkflow)
     assert not await replays(history, UnpatchedSchedule)
 
@@ -265,7 +246,7 @@ async def test_a_new_set_that_cannot_be_meant_is_refused_naming_the_field(
         )
         await handle.execute_update("cancel", {})
         history = await handle.fetch_history()
-    assert markers(history, SET_RULES_PATCH) == [SET_RULES_PATCH]
+    assert patch_ids(history.events, SET_RULES_PATCH) == [SET_RULES_PATCH]
     # Nothing recorded for a refused update: only the last `set` and `cancel` were accepted.
     assert (
         sum(

@@ -39,6 +39,7 @@ from tests.support.helpers import (
     schedule_worker,
     start_dev_server,
 )
+from tests.support.schedule import patch_ids, start_schedule
 from workflows import SANDBOXED
 from workflows.kernel import NO_INPUT
 from workflows.schedule import SCHEDULE_WORKFLOW_TYPE, cron
@@ -106,27 +107,6 @@ def ms_of(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def patch_markers(history: WorkflowHistory) -> list[str]:
-    """The day rule's patch markers in the history (other patches' markers are not this
-    file's business: a schedule records them too)."""
-    return [
-        patch_id
-        for event in history.events
-        if event.HasField("marker_recorded_event_attributes")
-        and event.marker_recorded_event_attributes.marker_name == "core_patch"
-        for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads
-        if (patch_id := json.loads(payload.data)["id"]) == CLASSIC_DAY_RULE_PATCH
-    ]
-
-
-async def start_schedule(
-    client: Client, task_queue: str, object_id: str, settings: dict[str, Any] | None = None
-) -> WorkflowHandle[Any, Any]:
-    return await client.start_workflow(
-        "DurabilitySchedule", settings or {}, id=f"schedule:{object_id}", task_queue=task_queue
-    )
-
-
 async def test_an_expression_the_rule_changes_fires_by_classic_cron(
     client: Client, task_queue: str, unique: str
 ) -> None:
@@ -165,7 +145,7 @@ async def test_an_expression_the_rule_changes_fires_by_classic_cron(
         await eventually(lambda: len(fake.outcomes) == len(classic_days))
         await handle.execute_update("cancel", {})
         history = await handle.fetch_history()
-    assert patch_markers(history) == [CLASSIC_DAY_RULE_PATCH]
+    assert patch_ids(history.events, CLASSIC_DAY_RULE_PATCH) == [CLASSIC_DAY_RULE_PATCH]
 
 
 async def test_an_expression_the_rule_does_not_change_records_no_marker(
@@ -183,7 +163,7 @@ async def test_an_expression_the_rule_does_not_change_records_no_marker(
         await handle.execute_update("unpause", {})
         await handle.execute_update("cancel", {})
         history = await handle.fetch_history()
-    assert patch_markers(history) == []
+    assert patch_ids(history.events, CLASSIC_DAY_RULE_PATCH) == []
 
 
 async def test_a_carried_tick_on_a_day_classic_cron_skips_moves_to_its_next_day(
@@ -198,12 +178,12 @@ async def test_a_carried_tick_on_a_day_classic_cron_skips_moves_to_its_next_day(
     carried = {"version": 1, "expression": expression, "next_at": ored_tick, "jitter_ms": 0}
     async with schedule_worker(client, task_queue):
         handle = await start_schedule(
-            client, task_queue, f"carried-{unique}", {"carried": {"schedule": carried}}
+            client, task_queue, f"carried-{unique}", carried={"schedule": carried}
         )
         assert (await handle.query("get"))["next_at"] == model_next(expression, ored_tick)
         await handle.execute_update("cancel", {})
         history = await handle.fetch_history()
-    assert patch_markers(history) == [CLASSIC_DAY_RULE_PATCH]
+    assert patch_ids(history.events, CLASSIC_DAY_RULE_PATCH) == [CLASSIC_DAY_RULE_PATCH]
 
 
 @workflow.defn(name=SCHEDULE_WORKFLOW_TYPE, sandboxed=SANDBOXED)
@@ -221,7 +201,7 @@ class AlwaysClassicSchedule(DurabilityScheduleWorkflow):
 async def test_a_schedule_recorded_before_the_rule_replays_with_the_days_it_fired_on() -> None:
     recorded = json.loads((HISTORY_DIR / f"{ORED}.json").read_text())
     history = WorkflowHistory.from_json(recorded["workflow_id"], recorded["history"])
-    assert patch_markers(history) == []
+    assert patch_ids(history.events, CLASSIC_DAY_RULE_PATCH) == []
     replayer = production_replayer([DurabilityScheduleWorkflow, ScheduledRunWorkflow])
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None
@@ -301,7 +281,7 @@ async def test_a_message_in_a_runs_first_task_replays_with_the_rule_it_was_recor
         await handle.execute_update("cancel", {})
         await eventually(lambda: _no_runs(handle))
         history = await handle.fetch_history()
-    assert patch_markers(history) == []
+    assert patch_ids(history.events, CLASSIC_DAY_RULE_PATCH) == []
     replayer = production_replayer([DurabilityScheduleWorkflow, ScheduledRunWorkflow])
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure

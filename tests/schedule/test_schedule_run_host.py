@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -37,6 +36,7 @@ from tests.schedule.test_schedule_workflow import (
 )
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import cache_options, eventually, record_history, schedule_worker
+from tests.support.schedule import patch_ids
 from workflows.schedule.models import PLUGIN_RUN_STOP_ALLOWANCE_MS
 from workflows.schedule.run import RUN_PATHS_PATCH
 
@@ -319,17 +319,6 @@ async def test_an_external_run_still_times_out_at_run_timeout_ms_with_the_timer(
 async def run_started(client: Client, workflow_id: str) -> bool:
     """Whether the run's `ScheduledRun` child exists yet (visibility)."""
     return (await client.count_workflows(f"WorkflowId = '{workflow_id}'")).count > 0
-
-
-def patch_ids(events: list[HistoryEvent]) -> list[str]:
-    """The patch IDs a history's patch markers record."""
-    return [
-        json.loads(payload.data)["id"]
-        for event in events
-        if event.event_type == MARKER
-        and event.marker_recorded_event_attributes.marker_name == "core_patch"
-        for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads
-    ]
 
 
 class QuietRun:
