@@ -46,7 +46,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,7 @@ from bench.workflows import BenchAwaitedChain, BenchAwaitedChild
 from durability.client import DurabilityClient, ledger_workflow_id, schedule_workflow_id
 from durability.connect import connect, data_converter
 from harness.fleet import WorkerFleet
+from harness.http import JSON, QuietHandler
 from harness.replay import production_replayer
 from harness.server import DevServer, free_port
 from workflows.schedule.models import DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS
@@ -153,17 +154,9 @@ class FarSide:
     def start(self) -> None:
         far = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def _answer(self, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.answer(200, body, JSON)
 
             def do_POST(self) -> None:
                 at = time.time()

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from harness.http import QuietHandler
+
 
 @dataclass
 class RunPost:
@@ -196,7 +198,7 @@ def _client_gone(connection: socket.socket) -> bool:
 
 
 def _recorder_handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def _send(self, code: int, body: Any) -> None:
             data = json.dumps(body).encode()
             try:
@@ -248,8 +250,5 @@ def _recorder_handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
             time.sleep(recorder.uniform(recorder.ledger_sleep_s))
             recorder.ledger_cut(_client_gone(self.connection))
             self._send(200, recorder.ledger_leave(request_id, submit=False))
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
 
     return Handler

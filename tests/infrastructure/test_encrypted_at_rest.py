@@ -29,6 +29,7 @@ from durability.codec import EncryptionCodec
 from durability.codec_server import CodecServerSettings, start
 from durability.connect import connect
 from durability.registry import workflow_runner
+from harness.http import QuietHandler
 from harness.server import DevServer
 from tests.support.helpers import cache_options, eventually, http_server, temporal
 from tests.support.ledger import (
@@ -74,19 +75,12 @@ class Webhooks:
     def handler(self) -> type[BaseHTTPRequestHandler]:
         state = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                self.request_body()
                 kind = self.path.split("/")[1]
                 state.posts[kind] = state.posts.get(kind, 0) + 1
-                body = json.dumps({"error": f"unknown account {state.answer}"}).encode()
-                self.send_response(500)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
+                self.answer(500, {"error": f"unknown account {state.answer}"})
 
         return Handler
 

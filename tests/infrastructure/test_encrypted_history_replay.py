@@ -23,6 +23,7 @@ from temporalio.worker import Replayer, Worker
 from durability.codec import EncryptedFailureConverter
 from durability.connect import connect, data_converter
 from durability.registry import all_workflows, workflow_runner
+from harness.http import QuietHandler
 from tests.support.helpers import (
     HISTORY_DIR,
     cache_options,
@@ -42,17 +43,10 @@ FAR_SIDE_ANSWER = "unknown account 42"
 def failing_webhook_handler(answer: str) -> type[BaseHTTPRequestHandler]:
     """Every POST answers 500 with `{"error": answer}`."""
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            body = json.dumps({"error": answer}).encode()
-            self.send_response(500)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
+            self.request_body()
+            self.answer(500, {"error": answer})
 
     return Handler
 

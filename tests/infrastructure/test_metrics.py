@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import urllib.request
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from temporalio.client import Client
 
 from durability.client import DurabilityClient
 from harness.fleet import WorkerFleet
+from harness.http import QuietHandler
 from harness.server import free_port
 from tests.support.helpers import PROJECT_ROOT, eventually, http_server
 
@@ -56,7 +56,7 @@ def test_promtool_checks_the_rules_and_their_unit_tests() -> None:
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
-class FarSide(BaseHTTPRequestHandler):
+class FarSide(QuietHandler):
     """Runs succeed; every outcome delivery fails (so outcomes are dead-lettered); a ledger
     submit answers `blocked` (so requests block), except one marked `reconcile-me`, which is
     applied and then refused by the completion webhook."""
@@ -85,9 +85,6 @@ class FarSide(BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
 
 
 def scrape(port: int) -> str:

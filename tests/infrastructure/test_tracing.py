@@ -11,7 +11,7 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -21,6 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from durability.connect import ConfigurationError
 from durability.tracing import exporter_name
+from harness.http import QuietHandler
 from tests.infrastructure.test_worker import start_worker_process, stop_worker
 from tests.support.helpers import eventually, run_command, subprocess_env
 
@@ -74,7 +75,7 @@ class OtlpReceiver:
 def otlp_receiver() -> Iterator[tuple[str, OtlpReceiver]]:
     receiver = OtlpReceiver()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             encoding = self.headers.get("Content-Encoding", "")
@@ -92,9 +93,6 @@ def otlp_receiver() -> Iterator[tuple[str, OtlpReceiver]]:
             self.send_header("Content-Length", str(len(answer)))
             self.end_headers()
             self.wfile.write(answer)
-
-        def log_message(self, format: str, *args: object) -> None:
-            return
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -27,6 +27,7 @@ from activities.schedule import (
     WebhookAllowlistError,
     schedule_activities,
 )
+from harness.http import QuietHandler
 from tests.support.helpers import (
     PROJECT_ROOT,
     eventually,
@@ -54,7 +55,7 @@ class Server:
 
 
 def _handler(state: Server) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def _answer(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
             raw = self.rfile.read(length) if length else b""
@@ -68,9 +69,6 @@ def _handler(state: Server) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(state.body)
 
         do_POST = do_GET = do_PUT = _answer
-
-        def log_message(self, *args: Any) -> None:
-            pass
 
     return Handler
 

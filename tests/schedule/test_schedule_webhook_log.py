@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
-from typing import Any
 
 import pytest
 from temporalio.client import Client
 
 from activities.schedule import WebhookAllowlist, schedule_activities
+from harness.http import QuietHandler
 from tests.support.helpers import eventually, http_server, schedule_worker, start_webhook_schedule
 
 SDK_ACTIVITY_LOGGER = "temporalio.activity"
@@ -35,20 +34,16 @@ class Far:
 def far() -> Iterator[tuple[Far, str]]:
     state = Far()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.request_body()
             count = state.attempts[self.path] = state.attempts.get(self.path, 0) + 1
             if self.path == "/busy" and count <= state.busy_answers:
-                self.send_response(503)
+                self.answer(503)
             elif self.path == "/gone":
-                self.send_response(404)
+                self.answer(404)
             else:
-                self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
+                self.answer(200)
 
     with http_server(Handler) as url:
         yield state, url

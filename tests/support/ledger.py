@@ -21,6 +21,7 @@ from temporalio.worker import Worker
 
 from activities.ledger import compile_passthrough, ledger_activities
 from durability.registry import workflow_runner
+from harness.http import JSON, QuietHandler
 from tests.support.helpers import cache_options, eventually, recording_histories, save_history
 from workflows.ledger import request_workflow_id
 from workflows.ledger.models import LedgerInput, RetryConfig
@@ -136,24 +137,17 @@ class LedgerServer:
 
 
 def _handler(server: LedgerServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def _answer(self, answer: Answer) -> None:
             code, headers, body = answer
             headers = dict(headers)
             delay = float(headers.pop(DELAY_HEADER, 0))
             if delay:
                 time.sleep(delay)
-            data = json.dumps(body).encode() if body is not None else b""
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
+            self.answer(code, body, {**JSON, **headers})
 
         def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            raw = self.request_body()
             key = self.headers.get("Idempotency-Key")
             if self.path.endswith("/complete"):
                 request_id = (json.loads(raw).get("request") or {}).get("id", "")
@@ -174,9 +168,6 @@ def _handler(server: LedgerServer) -> type[BaseHTTPRequestHandler]:
                 self._answer(server.handle("GET", request_id, key, None))
             finally:
                 server.call_ends(kind)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
 
     return Handler
 
