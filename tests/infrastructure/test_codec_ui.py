@@ -25,7 +25,7 @@ from durability.codec_server import CodecServerSettings, start
 from durability.connect import data_converter, interceptors
 from durability.devserver import TIMER_SHIFT_ARGS
 from harness.server import free_port
-from tests.infrastructure.test_ui import CHROMIUM, CHROMIUM_ARGS, body_containing
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, body_containing
 from tests.support.helpers import eventually, running_worker, start_dev_server
 
 KEY = os.urandom(32)

@@ -19,9 +19,8 @@ from durability.client import DurabilityClient
 from harness.fleet import FLEET_START_GRACE, WorkerFleet
 from harness.recorder import Recorder
 from harness.server import free_port
-from tests.infrastructure.test_health import probe
-from tests.infrastructure.test_kubernetes import EXIT_AFTER_DRAIN_SECONDS
-from tests.support.helpers import eventually
+from tests.support.deployment import EXIT_AFTER_DRAIN_SECONDS
+from tests.support.helpers import eventually, probe
 from tests.support.ledger import intent
 
 DRAIN_SECONDS = 10

@@ -5,7 +5,6 @@ as one remains (the `docker compose up --scale worker=3` topology, run locally).
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from functools import partial
@@ -18,14 +17,8 @@ from temporalio.client import Client
 from durability.client import DurabilityClient
 from harness.fleet import FLEET_START_GRACE, WorkerFleet
 from harness.recorder import Recorder
-from tests.support.helpers import eventually, temporal
-
-OPTIONS = {
-    "run_activity": "run_webhook",
-    "outcome_activity": "on_outcome_webhook",
-    "run_heartbeat_timeout_ms": 2000,
-    "outcome_timeout_ms": 5000,
-}
+from tests.support.deployment import OPTIONS, set_current_version, workflow_build_id
+from tests.support.helpers import eventually
 
 
 async def activity_workers(client: Client, keys: list[str]) -> set[str]:
@@ -126,33 +119,6 @@ async def test_workers_share_the_work_and_ticking_survives_all_but_one(
     # (temporalio/sdk-python#300, exit -6) can no longer turn a clean stop into a crash.
     assert survivor.returncode == 0, (survivor.returncode, log[-2000:])
     assert fleet.kills == 2 and fleet.unexpected_exits == 0
-
-
-async def set_current_version(address: str, deployment: str, build_id: str) -> bool:
-    """`temporal worker deployment set-current-version` (fails until that build has polled)."""
-    result = await temporal(
-        address,
-        "worker",
-        "deployment",
-        "set-current-version",
-        "--deployment-name",
-        deployment,
-        "--build-id",
-        build_id,
-        "--yes",
-        check=False,
-    )
-    return result.returncode == 0
-
-
-async def workflow_build_id(address: str, workflow_id: str) -> tuple[str | None, str | None]:
-    """(versioning behavior, build ID) of a workflow, as `temporal workflow describe` shows."""
-    result = await temporal(
-        address, "workflow", "describe", "--workflow-id", workflow_id, "--output", "json"
-    )
-    info = json.loads(result.stdout).get("workflowExecutionInfo", {}).get("versioningInfo") or {}
-    version = info.get("deploymentVersion") or {}
-    return info.get("behavior"), version.get("buildId")
 
 
 @pytest.mark.timeout(170)

@@ -10,21 +10,10 @@ import sys
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 
 from harness.server import DevServer, free_port
-from tests.support.helpers import PROJECT_ROOT, eventually, run_command, subprocess_env
-
-
-async def probe(port: int, path: str) -> tuple[int, str]:
-    """(status, body) of GET http://127.0.0.1:<port><path>; (0, why) when nothing answers."""
-    try:
-        async with httpx.AsyncClient(timeout=5) as http:
-            answer = await http.get(f"http://127.0.0.1:{port}{path}")
-    except httpx.HTTPError as error:
-        return 0, repr(error)
-    return answer.status_code, answer.text
+from tests.support.helpers import PROJECT_ROOT, eventually, probe, run_command, subprocess_env
 
 
 @pytest.mark.timeout(150)

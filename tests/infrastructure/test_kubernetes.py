@@ -23,6 +23,7 @@ import yaml
 from durability import health, settings
 from durability.codec import KEY_ID_ENV, KEYS_ENV
 from durability.codec_server import ORIGINS_ENV
+from tests.support.deployment import EXIT_AFTER_DRAIN_SECONDS
 from tests.support.helpers import PROJECT_ROOT
 
 KUBERNETES = PROJECT_ROOT / "deploy" / "kubernetes"
@@ -36,9 +37,6 @@ OVERLAYS = ("base", "production", "shared", "release")
 CHECKOV = PROJECT_ROOT / ".tools" / "checkov" / "bin" / "checkov"
 # Checks answered in docs/operations.md ("Security scan") instead of fixed in the manifests.
 CHECKOV_ANSWERED = {"CKV_K8S_35", "CKV_K8S_43"}
-# What the worker needs after its drain to leave (workflow tasks in hand, the goodbye to the
-# server, flushing traces), as tests/infrastructure/test_drain.py measures it, with room to spare.
-EXIT_AFTER_DRAIN_SECONDS = 10
 # Environment a container sets that is not a durability setting but the runtime's.
 RUNTIME_ENV = {"PYTHONDONTWRITEBYTECODE"}
 

@@ -16,7 +16,7 @@ from temporalio.client import Client
 from durability.client import DurabilityClient
 from harness.fleet import WorkerFleet
 from harness.recorder import Recorder
-from tests.infrastructure.test_fleet import OPTIONS, set_current_version, workflow_build_id
+from tests.support.deployment import OPTIONS, set_current_version, workflow_build_id
 from tests.support.helpers import eventually, temporal
 
 

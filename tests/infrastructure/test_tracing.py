@@ -22,8 +22,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from durability.connect import ConfigurationError
 from durability.tracing import exporter_name
 from harness.http import QuietHandler
-from tests.infrastructure.test_worker import start_worker_process, stop_worker
-from tests.support.helpers import eventually, run_command, subprocess_env
+from tests.support.helpers import (
+    eventually,
+    run_command,
+    start_worker_process,
+    stop_worker,
+    subprocess_env,
+)
 
 
 @dataclass(frozen=True)

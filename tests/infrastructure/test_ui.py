@@ -12,41 +12,12 @@ from playwright.async_api import Page, async_playwright
 from temporalio.client import Client
 
 from durability.client import DurabilityClient
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, body_containing
 from tests.support.helpers import PROJECT_ROOT, eventually, running_worker
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 # The committed screenshot is refreshed only on request, so a test run leaves the tree clean:
 #   DURABILITY_UPDATE_SCREENSHOT=1 make pytest
 DOCS_SCREENSHOT = PROJECT_ROOT / "docs" / "ui-schedule.png"
-
-
-async def body_containing(page: Page, text: str) -> str:
-    """The page's visible text once it contains `text` (the UI renders asynchronously).
-
-    Summaries are rendered as markdown inside iframes, so every frame's text counts."""
-
-    async def body() -> str | None:
-        texts = []
-        for frame in page.frames:
-            try:
-                texts.append(await frame.inner_text("body", timeout=2000))
-            except PlaywrightError:
-                continue
-        content = "\n".join(texts)
-        return content if text in content else None
-
-    found: str = await eventually(body, timeout=20, interval=0.5)
-    return found
 
 
 async def test_schedule_page_shows_its_summary_and_child_runs(

@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 import shlex
-import signal
 import sys
 from types import SimpleNamespace
 from typing import Any
@@ -21,23 +20,13 @@ from tests.support.helpers import (
     PROJECT_ROOT,
     eventually,
     run_command,
+    start_worker_process,
+    stop_worker,
     subprocess_env,
     temporal,
     temporal_query,
 )
 from workflows import search_attributes
-
-
-async def start_worker_process(
-    address: str, task_queue: str, **extra: str
-) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(PROJECT_ROOT / "worker.py"),
-        env=subprocess_env(address, DURABILITY_TASK_QUEUE=task_queue, **extra),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
 
 
 async def pollers(address: str, task_queue: str) -> list[dict[str, object]]:
@@ -46,12 +35,6 @@ async def pollers(address: str, task_queue: str) -> list[dict[str, object]]:
     )
     described = json.loads(result.stdout)
     return [poller for poller in described.get("pollers", []) or []]
-
-
-async def stop_worker(process: asyncio.subprocess.Process) -> tuple[int, str]:
-    process.send_signal(signal.SIGTERM)
-    stdout, _ = await asyncio.wait_for(process.communicate(), timeout=30)
-    return process.returncode or 0, stdout.decode()
 
 
 async def test_worker_polls_its_task_queue_and_exits_zero_on_sigterm(

@@ -23,12 +23,13 @@ from temporalio.worker import Worker
 
 from durability.client import DurabilityClient
 from durability.errors import DurabilityError, NoWorkerError
-from tests.product.test_cli_truth import assert_no_workflow, one_line_error
 from tests.support.cold_worker import LedgerActivities
 from tests.support.helpers import (
     PROJECT_ROOT,
+    assert_no_workflow,
     durability_cli,
     eventually,
+    one_line_error,
     running_worker,
     subprocess_env,
 )

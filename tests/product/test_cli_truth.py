@@ -13,22 +13,15 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.service import RPCError, RPCStatusCode
 
-from tests.support.helpers import PROJECT_ROOT, durability_cli, running_worker, subprocess_env
-
-
-async def assert_no_workflow(client: Client, workflow_id: str) -> None:
-    with pytest.raises(RPCError) as missing:
-        await client.get_workflow_handle(workflow_id).describe()
-    assert missing.value.status == RPCStatusCode.NOT_FOUND, workflow_id
-
-
-def one_line_error(stderr: str) -> str:
-    """The CLI's error: one line, no traceback."""
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in stderr, stderr
-    return lines[0]
+from tests.support.helpers import (
+    PROJECT_ROOT,
+    assert_no_workflow,
+    durability_cli,
+    one_line_error,
+    running_worker,
+    subprocess_env,
+)
 
 
 async def test_a_refused_set_or_enqueue_exits_one_names_the_field_and_creates_nothing(

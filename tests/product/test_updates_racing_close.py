@@ -28,10 +28,10 @@ from temporalio.worker import Worker
 
 from durability.client import DurabilityClient, UnansweredError
 from harness.replay import production_replayer
-from tests.schedule.test_schedule_workflow import live_schedule, runs_of
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import eventually, record_history, replay_each
 from tests.support.ledger import intent, live_ledger, operations, settled
+from tests.support.schedule import live_schedule, runs_of
 from workflows.kernel import CLOSE_WITHOUT_UPDATE_PATCH
 from workflows.ledger.request import FrozenRequestWorkflow
 from workflows.ledger.workflow import OperationLedgerWorkflow

@@ -447,12 +447,12 @@ async def test_message_after_completion_on_a_cold_worker(
         async with workflow_worker(client, task_queue):
             assert await handle.execute_update("set", {"expression": YEARLY, "version": 10})
             await _trigger_and_wait(handle, acts)
-            await eventually(lambda: _no_runs_left(handle), timeout=30)
+            await eventually(lambda: no_runs_left(handle), timeout=30)
     assert set(acts.expected) <= set(acts.accepted)
     await assert_healthy_and_updated(client, handle)
 
 
-async def _no_runs_left(handle: WorkflowHandle[Any, Any]) -> bool:
+async def no_runs_left(handle: WorkflowHandle[Any, Any]) -> bool:
     return not await handle.query("runs")
 
 
@@ -539,7 +539,7 @@ async def test_trigger_after_a_run_ends_by_completion_on_a_cold_worker(client: C
         async with workflow_worker(client, task_queue):
             third: int = await handle.execute_update("trigger", {}, result_type=int)
             await eventually(lambda: third in acts.accepted, timeout=30)
-            await eventually(lambda: _no_runs_left(handle), timeout=30)
+            await eventually(lambda: no_runs_left(handle), timeout=30)
     await assert_healthy_and_updated(client, handle)
 
 
@@ -566,7 +566,7 @@ async def test_configure_starts_queued_runs_at_once_on_a_cold_worker(client: Cli
             await eventually(lambda: len(acts.started) == 3, timeout=30)
             assert sorted(run["scheduled_time"] for run in acts.started) == times
             acts.run_gate.set()
-            await eventually(lambda: _no_runs_left(handle), timeout=30)
+            await eventually(lambda: no_runs_left(handle), timeout=30)
     assert set(times) <= set(acts.accepted)
     await assert_healthy_and_updated(client, handle)
 
@@ -638,7 +638,7 @@ async def test_a_message_after_a_failed_run_paused_the_schedule_on_a_cold_worker
                 await eventually(lambda: triggered in acts.accepted, timeout=30)
                 note = await handle.query("pause_note")
                 assert note.startswith(f"paused on failure: run cold-{suffix}:{failed} errored")
-            await eventually(lambda: _no_runs_left(handle), timeout=30)
+            await eventually(lambda: no_runs_left(handle), timeout=30)
     assert failed in acts.accepted
     await assert_healthy_and_updated(client, handle)
 
@@ -660,7 +660,7 @@ async def test_describe_answers_the_same_on_a_cold_worker(client: Client) -> Non
                 "set", {"expression": YEARLY, "version": 2, "params": {"fail": True}}
             )
             await _trigger_and_wait(handle, acts)
-            await eventually(lambda: _no_runs_left(handle), timeout=30)
+            await eventually(lambda: no_runs_left(handle), timeout=30)
             warm = await handle.query("describe")
         async with workflow_worker(client, task_queue):
             cold = await handle.query("describe")
@@ -687,7 +687,7 @@ async def test_crontab_reading_and_set_rules_on_a_cold_worker(client: Client) ->
             handle = await _start_schedule(client, suffix, task_queue, activity_queue)
             await handle.execute_update("set", {"expression": YEARLY, "version": 1})
             await _trigger_and_wait(handle, acts)
-            await eventually(lambda: _no_runs_left(handle), timeout=30)
+            await eventually(lambda: no_runs_left(handle), timeout=30)
         # No worker: the signals wait, then reach the next one in one activation.
         await handle.signal("set", {"expression": probe, "version": 2, "jitter_ms": 2000})
         await handle.signal("set", {"expression": probe, "version": 3})

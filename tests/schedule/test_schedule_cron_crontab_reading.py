@@ -20,7 +20,7 @@ from temporalio.worker import Worker
 
 from durability.registry import workflow_runner
 from harness.replay import production_replayer
-from tests.schedule.test_schedule_cron_classic import model_next
+from tests.support.cron_model import model_next
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import eventually, schedule_worker
 from tests.support.schedule import patch_ids, start_schedule

@@ -15,10 +15,6 @@ from temporalio.client import (
 )
 from temporalio.exceptions import ApplicationError
 
-from tests.schedule.test_schedule_workflow import (
-    _no_runs_left,
-    live_schedule,
-)
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import (
     durability_cli,
@@ -26,6 +22,10 @@ from tests.support.helpers import (
     record_history,
     schedule_worker,
     temporal_query,
+)
+from tests.support.schedule import (
+    live_schedule,
+    no_runs_left,
 )
 
 pytestmark = pytest.mark.cacheless
@@ -164,7 +164,7 @@ async def test_an_outcome_slower_than_its_timeout_is_dead_lettered_as_an_outcome
         )
         run = client.get_workflow_handle(f"schedule-run:{unique}:{scheduled_time}")
         result = await asyncio.wait_for(run.result(), timeout=20)
-        await eventually(_no_runs_left(handle), timeout=20)
+        await eventually(no_runs_left(handle), timeout=20)
         [letter] = await handle.query("dead_letters")
         await handle.terminate("test done")
     timeout = {

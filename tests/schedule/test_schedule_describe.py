@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from tests.product.test_cli_truth import assert_no_workflow, one_line_error
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import (
+    assert_no_workflow,
     durability_cli,
     eventually,
+    one_line_error,
     schedule_worker,
     temporal,
     temporal_query,

@@ -22,16 +22,16 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from durability.registry import workflow_runner
-from tests.schedule.test_schedule_workflow import (
-    _no_runs_left,
-    cancel_and_drain,
-    every_second,
-    live_schedule,
-    set_schedule,
-)
 from tests.support.cold_worker import assert_healthy
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import cache_options, durability_cli, eventually, schedule_worker
+from tests.support.schedule import (
+    cancel_and_drain,
+    every_second,
+    live_schedule,
+    no_runs_left,
+    set_schedule,
+)
 from workflows import SANDBOXED
 from workflows.kernel import NO_INPUT
 from workflows.schedule import SCHEDULE_WORKFLOW_TYPE
@@ -359,7 +359,7 @@ async def test_trigger_runs_while_paused_and_is_refused_before_anything_is_recor
         await set_schedule(handle, expression=YEARLY, version=1, params={"p": 1})
         await handle.execute_update("pause", {})
         triggered = await handle.execute_update("trigger", {}, result_type=int)
-        await eventually(_no_runs_left(handle), timeout=20)
+        await eventually(no_runs_left(handle), timeout=20)
         await handle.execute_update("cancel", {})
         with pytest.raises(WorkflowUpdateFailedError) as cancelled:
             await handle.execute_update("trigger", {})

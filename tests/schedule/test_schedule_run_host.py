@@ -29,14 +29,14 @@ from durability.connect import data_converter
 from durability.plugin import DurabilityPlugin
 from harness.fleet import WorkerFleet
 from harness.recorder import Recorder
-from tests.schedule.test_schedule_workflow import (
-    _no_runs_left,
+from tests.support.fakes import ScheduleFake
+from tests.support.helpers import cache_options, eventually, record_history, schedule_worker
+from tests.support.schedule import (
+    no_runs_left,
+    patch_ids,
     set_schedule,
     start_schedule,
 )
-from tests.support.fakes import ScheduleFake
-from tests.support.helpers import cache_options, eventually, record_history, schedule_worker
-from tests.support.schedule import patch_ids
 from workflows.schedule.models import PLUGIN_RUN_STOP_ALLOWANCE_MS
 from workflows.schedule.run import RUN_PATHS_PATCH
 
@@ -388,11 +388,15 @@ async def test_activity_task_queue_sends_every_activity_of_a_schedule_to_that_qu
         Worker(client, task_queue=activity_queue, activities=recorder.activities()),
     ):
         handle = await start_schedule(
-            client, task_queue, unique, activity_task_queue=activity_queue
+            client,
+            task_queue,
+            unique,
+            lifecycle_activity="lifecycle",
+            activity_task_queue=activity_queue,
         )
         await set_schedule(handle, expression=YEARLY, version=1)
         scheduled_time = await handle.execute_update("trigger", {}, result_type=int)
-        await eventually(_no_runs_left(handle), timeout=20)
+        await eventually(no_runs_left(handle), timeout=20)
         key = f"{unique}:{scheduled_time}"
         await eventually(
             lambda: (

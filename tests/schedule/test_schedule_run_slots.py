@@ -15,13 +15,13 @@ from temporalio.client import (
     WorkflowHandle,
 )
 
-from tests.schedule.test_schedule_workflow import (
+from tests.support.fakes import ScheduleFake
+from tests.support.helpers import eventually, record_history, schedule_worker
+from tests.support.schedule import (
     every_second,
     live_schedule,
     runs_of,
 )
-from tests.support.fakes import ScheduleFake
-from tests.support.helpers import eventually, record_history, schedule_worker
 
 pytestmark = pytest.mark.cacheless
 

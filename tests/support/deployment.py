@@ -1,0 +1,47 @@
+"""Set-up the fleet, rollout and drain tests share: worker deployment versions, and the
+manifests' drain bound."""
+
+from __future__ import annotations
+
+import json
+
+from tests.support.helpers import temporal
+
+OPTIONS = {
+    "run_activity": "run_webhook",
+    "outcome_activity": "on_outcome_webhook",
+    "run_heartbeat_timeout_ms": 2000,
+    "outcome_timeout_ms": 5000,
+}
+
+
+async def set_current_version(address: str, deployment: str, build_id: str) -> bool:
+    """`temporal worker deployment set-current-version` (fails until that build has polled)."""
+    result = await temporal(
+        address,
+        "worker",
+        "deployment",
+        "set-current-version",
+        "--deployment-name",
+        deployment,
+        "--build-id",
+        build_id,
+        "--yes",
+        check=False,
+    )
+    return result.returncode == 0
+
+
+async def workflow_build_id(address: str, workflow_id: str) -> tuple[str | None, str | None]:
+    """(versioning behavior, build ID) of a workflow, as `temporal workflow describe` shows."""
+    result = await temporal(
+        address, "workflow", "describe", "--workflow-id", workflow_id, "--output", "json"
+    )
+    info = json.loads(result.stdout).get("workflowExecutionInfo", {}).get("versioningInfo") or {}
+    version = info.get("deploymentVersion") or {}
+    return info.get("behavior"), version.get("buildId")
+
+
+# What the worker needs after its drain to leave (workflow tasks in hand, the goodbye to the
+# server, flushing traces), as tests/infrastructure/test_drain.py measures it, with room to spare.
+EXIT_AFTER_DRAIN_SECONDS = 10
