@@ -16,7 +16,12 @@ from temporalio.client import Client
 from durability.client import DurabilityClient
 from harness.fleet import WorkerFleet
 from harness.recorder import Recorder
-from tests.support.deployment import OPTIONS, set_current_version, workflow_build_id
+from tests.support.deployment import (
+    OPTIONS,
+    cancel_and_check_each_run_ran_once,
+    set_current_version,
+    workflow_build_id,
+)
 from tests.support.helpers import eventually, temporal
 
 
@@ -116,15 +121,7 @@ async def test_a_rollout_moves_workflows_and_one_stopped_halfway_rolls_back(
         rolled_back_at = time.time()
         await eventually(lambda: runs_since(rolled_back_at) >= 3, timeout=30)
 
-        assert await durability.cancel_schedule(object_id) is True
-
-        async def acknowledged() -> bool:
-            return not await durability.list_runs(object_id)
-
-        await eventually(acknowledged, timeout=30, interval=0.5)
-        with recorder.lock:
-            assert all(len(posts) == 1 for posts in recorder.runs.values())
-            assert all(recorder.outcomes[key] for key in recorder.runs)
+        await cancel_and_check_each_run_ran_once(durability, object_id, recorder)
     finally:
         for fleet in builds.values():
             await fleet.stop()

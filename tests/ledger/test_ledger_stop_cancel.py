@@ -14,7 +14,13 @@ from temporalio.client import Client
 
 from activities.ledger import compile_passthrough
 from tests.support.helpers import eventually, record_history
-from tests.support.ledger import BlockedCompletion, cancel_requested, intent, ledger_worker
+from tests.support.ledger import (
+    BlockedCompletion,
+    cancel_requested,
+    intent,
+    ledger_worker,
+    start_ledger,
+)
 from workflows.ledger.models import LedgerInput
 
 pytestmark = pytest.mark.cacheless
@@ -74,11 +80,8 @@ async def test_an_answer_whose_completion_stop_interrupts_is_kept_and_asked_next
 ) -> None:
     far_side = BlockedCompletion()
     async with ledger_worker(client, task_queue, far_side.activities):
-        handle = await client.start_workflow(
-            "OperationLedger",
-            LedgerInput(complete_activity="complete"),
-            id=f"ledger:{unique}",
-            task_queue=task_queue,
+        handle = await start_ledger(
+            client, unique, task_queue, LedgerInput(complete_activity="complete")
         )
         await handle.execute_update("enqueue", {"operations": [intent("a", ["c1"])]})
         await asyncio.wait_for(far_side.started.wait(), 30)

@@ -13,7 +13,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from tests.support.helpers import eventually, record_history
-from tests.support.ledger import BlockedCompletion, cancel_requested, intent, ledger_worker
+from tests.support.ledger import (
+    BlockedCompletion,
+    cancel_requested,
+    intent,
+    ledger_worker,
+    start_ledger,
+)
 from workflows.ledger import request_workflow_id
 from workflows.ledger.models import LedgerInput
 
@@ -25,11 +31,11 @@ async def test_stop_waits_for_the_last_report_of_a_request_an_earlier_run_starte
 ) -> None:
     far_side = BlockedCompletion()
     async with ledger_worker(client, task_queue, far_side.activities):
-        handle = await client.start_workflow(
-            "OperationLedger",
+        handle = await start_ledger(
+            client,
+            unique,
+            task_queue,
             LedgerInput(complete_activity="complete", continue_as_new_after_events=20),
-            id=f"ledger:{unique}",
-            task_queue=task_queue,
         )
         first_run = handle.result_run_id
         await handle.execute_update("enqueue", {"operations": [intent("a", ["c1"])]})

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from tests.support.helpers import temporal
+from durability.client import DurabilityClient
+from harness.recorder import Recorder
+from tests.support.helpers import eventually, temporal
 
 OPTIONS = {
     "run_activity": "run_webhook",
@@ -45,3 +47,19 @@ async def workflow_build_id(address: str, workflow_id: str) -> tuple[str | None,
 # What the worker needs after its drain to leave (workflow tasks in hand, the goodbye to the
 # server, flushing traces), as tests/infrastructure/test_drain.py measures it, with room to spare.
 EXIT_AFTER_DRAIN_SECONDS = 10
+
+
+async def cancel_and_check_each_run_ran_once(
+    durability: DurabilityClient, object_id: str, recorder: Recorder
+) -> None:
+    """Cancel the schedule, wait until every run is acknowledged, then check that each run
+    reached the far side once and had its outcome delivered."""
+    assert await durability.cancel_schedule(object_id) is True
+
+    async def acknowledged() -> bool:
+        return not await durability.list_runs(object_id)
+
+    await eventually(acknowledged, timeout=30, interval=0.5)
+    with recorder.lock:
+        assert all(len(posts) == 1 for posts in recorder.runs.values())
+        assert all(recorder.outcomes[key] for key in recorder.runs)
