@@ -36,9 +36,9 @@ from tests.support.ledger import (
     record_history,
     recording_server,
     requests,
-    settled,
     snapshot,
     start_ledger,
+    until_resolved_or_blocked,
 )
 from workflows.ledger import core
 from workflows.ledger.models import LEFT_OUT_UNSET
@@ -96,7 +96,7 @@ async def test_an_accepting_completion_gets_the_whole_status_and_the_request_res
         client, task_queue, unique, far_side(accept), complete_activity="http_complete"
     ) as (server, handle):
         await enqueue(handle, intent("a", ["c1"]))
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
         a = operations(snap)["a"]
         child = request_workflow(handle, a["request_id"])
         await client.get_workflow_handle(child).result()
@@ -150,7 +150,7 @@ async def test_a_refusing_completion_blocks_with_its_claims_until_resume_complet
 
         resumed = await handle.execute_update("resume", {}, result_type=dict)
         assert resumed == {"resumed": [a["request_id"]]}
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
         await handle.execute_update("stop", {})
     ops = operations(snap)
     assert ops["a"]["outcome"] == ops["b"]["outcome"] == "applied"

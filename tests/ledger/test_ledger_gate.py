@@ -23,9 +23,9 @@ from tests.support.ledger import (
     ledger_worker,
     operations,
     requests,
-    settled,
     snapshot,
     start_ledger,
+    until_resolved_or_blocked,
 )
 from workflows.ledger.models import LedgerInput
 
@@ -152,7 +152,7 @@ async def test_bad_release_resume_and_skip_signals_are_dropped_and_counted(
         }
         await handle.signal("release", {"token": token})
         await handle.signal("skip", {"operation_id": "orphan", "reason": "no canvas"})
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
     ops = operations(snap)
     assert (ops["orphan"]["outcome"], ops["a"]["outcome"]) == ("skipped", "applied")
     assert snap["dropped_signals"] == len(bad) and snap["held"] is False

@@ -35,9 +35,9 @@ from tests.support.ledger import (
     record_history,
     recording_server,
     requests,
-    settled,
     snapshot,
     start_ledger,
+    until_resolved_or_blocked,
 )
 from workflows.ledger.models import LedgerInput, RetentionConfig
 
@@ -65,7 +65,7 @@ async def test_enqueue_by_update_with_start_records_and_reports_duplicates(
         handle = client.get_workflow_handle(f"ledger:{unique}")
         second = await enqueue(handle, intent("b", ["c9"]), intent("c", ["c2"]))
         assert second == {"accepted": ["c"], "duplicates": [], "conflicts": ["b"]}
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
         ops = operations(snap)
         assert [o["id"] for o in snap["operations"]] == ["a", "b", "c"]
         assert [o["sequence"] for o in snap["operations"]] == [1, 2, 3]
@@ -101,7 +101,7 @@ async def test_http_dependencies_claims_lanes_and_frozen_bodies_end_to_end(
     ]
     async with live_ledger(client, task_queue, unique, answer, concurrency=3) as (server, handle):
         assert (await enqueue(handle, *graph))["accepted"] == [g["id"] for g in graph]
-        snap = await settled(handle, timeout=60)
+        snap = await until_resolved_or_blocked(handle, timeout=60)
     ops = operations(snap)
     assert {op_id: o["outcome"] for op_id, o in ops.items()} == {g["id"]: "applied" for g in graph}
     assert server.violations == []
@@ -145,7 +145,7 @@ async def test_retry_after_is_honoured_and_transport_errors_are_unresolved(
     config = {"own_retry_timers": True} if own_timers else {}
     async with live_ledger(client, task_queue, unique, answer, **config) as (server, handle):
         await enqueue(handle, intent("a", ["c1"]))
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
         request_workflow = f"request:{unique}:{snap['requests'][0]['id']}"
         await client.get_workflow_handle(request_workflow).result()
         if own_timers:  # the 0.1.0 loop, as recorded by 0.1.0
@@ -230,7 +230,7 @@ async def test_blocked_status_holds_claims_until_resume_then_queries_before_resu
         fixed["yes"] = True
         resumed = await handle.execute_update("resume", {}, result_type=dict)
         assert resumed == {"resumed": [a["request_id"]]}
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
         await handle.execute_update("stop", {})
         await record_history(client, handle.id, "blocked_resume")
     ops = operations(snap)
@@ -272,7 +272,7 @@ async def test_unsupported_protocol_is_never_sent_and_skip_frees_dependents(
             {"operation_id": "new", "reason": "client upgrade pending"},
             result_type=bool,
         )
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
     ops = operations(snap)
     assert ops["new"]["outcome"] == "skipped"
     assert ops["new"]["error"] == "client upgrade pending"
@@ -340,7 +340,7 @@ async def test_hold_stops_new_launches_until_every_token_is_released(
             await handle.execute_update("release", {"token": "nope"})
         assert "'nope' is not held" in str(rejected.value.cause)
         await handle.signal("release", {"token": second})
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
         assert operations(snap)["a"]["outcome"] == "applied"
         assert snap["held"] is False
 
@@ -398,7 +398,7 @@ async def test_continue_as_new_keeps_in_flight_requests_and_their_bodies(
     ) as (server, handle):
         first_run = handle.result_run_id
         await enqueue(handle, *graph)
-        snap = await settled(handle, timeout=60)
+        snap = await until_resolved_or_blocked(handle, timeout=60)
         await record_history(client, handle.id, "continue_as_new", first_run)
     first = client.get_workflow_handle(handle.id, run_id=first_run)
     assert (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
@@ -431,7 +431,7 @@ async def test_continue_as_new_lets_attempts_in_flight_report_first(
     ) as (server, handle):
         first_run = handle.result_run_id
         await enqueue(handle, *graph)
-        snap = await settled(handle, timeout=60)
+        snap = await until_resolved_or_blocked(handle, timeout=60)
         await record_history(client, handle.id, "continue_as_new_quiet", first_run)
     first = client.get_workflow_handle(handle.id, run_id=first_run)
     assert (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
@@ -507,7 +507,7 @@ async def test_bad_enqueue_is_rejected_naming_the_field_and_bad_signals_are_drop
             json.dumps({"operations": [intent("from-cli", ["c3"])]}),
         )
         assert "from-cli" in via_cli.stdout
-        await settled(handle)
+        await until_resolved_or_blocked(handle)
 
 
 async def test_worker_restart_mid_flight_resends_nothing_new_and_signal_with_start_works(
@@ -539,7 +539,7 @@ async def test_worker_restart_mid_flight_resends_nothing_new_and_signal_with_sta
         # The worker is gone (its workflow caches with it); a new one replays from history.
         gate["open"] = True
         async with ledger_worker(client, task_queue, activities):
-            snap = await settled(handle)
+            snap = await until_resolved_or_blocked(handle)
     assert {o["outcome"] for o in snap["operations"]} == {"applied"}
     assert [o["id"] for o in snap["operations"]] == ["a", "b", "c"]
     assert server.violations == []
@@ -639,7 +639,7 @@ async def test_skip_is_validated_and_also_accepted_as_a_signal(
         assert "operation_id 'ghost' is not known" in str(rejected.value.cause)
         assert operations(await snapshot(handle))["orphan"]["waiting_for"] == ["never-enqueued"]
         await handle.signal("skip", {"operation_id": "orphan", "reason": "no canvas"})
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
     ops = operations(snap)
     assert (ops["orphan"]["outcome"], ops["orphan"]["error"]) == ("skipped", "no canvas")
     assert ops["child"]["outcome"] == "applied"  # dependents treat skipped as resolved
@@ -747,7 +747,7 @@ async def test_a_request_whose_workflow_fails_blocks_until_resume_which_asks_fir
         decided["yes"] = True
         resumed = await handle.execute_update("resume", {}, result_type=dict)
         assert resumed == {"resumed": [request["id"]]}
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
     ops = operations(snap)
     assert ops["a"]["outcome"] == ops["b"]["outcome"] == "applied"
     assert ops["a"]["request_id"] == request["id"]
@@ -796,7 +796,7 @@ async def test_a_request_whose_workflow_id_is_taken_blocks_as_already_running(
         sent_while_taken = len(server.sent(request_id))
         await squatter.terminate("the ID is free again")
         await handle.execute_update("resume", {})
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
     assert operations(snap)["a"]["outcome"] == "applied"
     assert sent_while_taken == 1  # only the blocked submit: nothing was sent meanwhile
     assert [r.method for r in server.sent(request_id)] == ["POST", "GET"]
@@ -817,7 +817,7 @@ async def test_supported_protocol_versions_decide_which_requests_are_sent(
             intent("v2", ["c1"], protocol_version=2),
             intent("v1", ["c2"], protocol_version=1),
         )
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
     ops = operations(snap)
     assert ops["v2"]["outcome"] == "applied"
     assert (ops["v1"]["phase"], ops["v1"]["blockers"]) == (
@@ -844,7 +844,7 @@ async def test_participant_free_types_are_the_configured_ones(
         assert "operations.0.participants" in str(refused.value.cause)
         assert "'asset.upload'" in str(refused.value.cause)
         await enqueue(handle, intent("export", [], operation_type="doc.export"))
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
     ops = operations(snap)
     assert ops["export"]["outcome"] == "applied"
     assert json.loads(server.bodies[ops["export"]["request_id"]])["canvas_ids"] == []

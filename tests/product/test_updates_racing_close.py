@@ -30,7 +30,7 @@ from durability.client import DurabilityClient, UnansweredError
 from harness.replay import production_replayer
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import eventually, record_history, replay_each
-from tests.support.ledger import intent, live_ledger, operations, settled
+from tests.support.ledger import intent, live_ledger, operations, until_resolved_or_blocked
 from tests.support.schedule import live_schedule, runs_of
 from workflows.kernel import CLOSE_WITHOUT_UPDATE_PATCH
 from workflows.ledger.request import FrozenRequestWorkflow
@@ -273,7 +273,7 @@ async def test_updates_racing_a_ledgers_continue_as_new_are_never_aborted(
 
         errors = await flood_until_a_run_waited(client, handle.id, enqueue_one, resume_signal)
         assert errors == []
-        snap = await settled(current, timeout=60)
+        snap = await until_resolved_or_blocked(current, timeout=60)
         assert {o["outcome"] for o in operations(snap).values()} == {"applied"}
     await check_runs(
         client,

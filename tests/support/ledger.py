@@ -1,5 +1,6 @@
 """Support for the ledger tests: a recording HTTP server on 127.0.0.1, a ledger worker, and the
-set-up several ledger tests share (start, enqueue, wait until settled, record a history)."""
+set-up several ledger tests share (start, enqueue, wait until every operation is resolved or
+blocked, record a history)."""
 
 from __future__ import annotations
 
@@ -223,7 +224,7 @@ def requests(snap: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {r["id"]: r for r in snap["requests"]}
 
 
-def all_settled(snap: dict[str, Any]) -> bool:
+def all_resolved_or_blocked(snap: dict[str, Any]) -> bool:
     """Every operation resolved or blocked and no request in flight."""
     return all(o["phase"] in ("resolved", "blocked") for o in snap["operations"]) and not any(
         r["phase"] == "in_flight" for r in snap["requests"]
@@ -300,12 +301,14 @@ async def enqueue(handle: WorkflowHandle[Any, Any], *intents: dict[str, Any]) ->
     return result
 
 
-async def settled(handle: WorkflowHandle[Any, Any], timeout: float = 30) -> dict[str, Any]:
+async def until_resolved_or_blocked(
+    handle: WorkflowHandle[Any, Any], timeout: float = 30
+) -> dict[str, Any]:
     """The snapshot once every operation is resolved or blocked."""
 
     async def check() -> dict[str, Any] | None:
         snap = await snapshot(handle)
-        return snap if all_settled(snap) else None
+        return snap if all_resolved_or_blocked(snap) else None
 
     result: dict[str, Any] = await eventually(check, timeout=timeout)
     return result
