@@ -129,3 +129,34 @@ async def test_a_failed_outcome_post_with_attempts_left_emits_outcome_retry(
     assert event["attempt"] == 2
     assert event["error"]["name"] == "WebhookError"
     assert event["next_attempt_at"] - event["timestamp"] == 6000  # 2 s * 3^(2-1)
+
+
+async def test_outcome_retry_span_events_carry_the_error_type_not_its_message(
+    webhook: WebhookServer,
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    webhook.fail["/"] = 1
+    activities = ScheduleActivities(httpx.AsyncClient(), WebhookAllowlist.parse(webhook.url))
+    env = ActivityEnvironment()
+    policy = RetryPolicy(maximum_attempts=3)
+    env.info = dataclasses.replace(env.info, attempt=1, retry_policy=policy)
+    run = RUN.model_copy(update={"params": {"url": f"{webhook.url}/"}})
+    tracer = provider.get_tracer("test")
+    with (
+        tracer.start_as_current_span("RunActivity:outcome"),
+        pytest.raises(ApplicationError, match="answered 503") as raised,
+    ):
+        await env.run(activities.outcome_webhook, run, Outcome(status="complete"))
+    (span,) = exporter.get_finished_spans()
+    (event,) = [e for e in span.events if e.name.endswith("outcome_retry")]
+    attributes = dict(event.attributes or {})
+    assert attributes["durability.error.name"] == "WebhookError"
+    # The message names the webhook's URL (user data): spans leave the trust boundary.
+    assert webhook.url in raised.value.message
+    assert not any(webhook.url in str(value) for value in attributes.values()), attributes

@@ -388,13 +388,21 @@ def lifecycle_event(
     }
 
 
+# Left out of span attributes: an error's message can carry user data (a webhook's URL, the
+# far side's answer), and spans leave the workers' trust boundary for a collector, unencrypted.
+# The error's type name stays; the message is read in the UI, through the codec.
+SPAN_OMITTED_FIELDS = frozenset({"message"})
+
+
 def lifecycle_span_attributes(event: dict[str, Any]) -> dict[str, str | int | bool]:
-    """A lifecycle event flattened into OpenTelemetry attributes (`durability.<field>`)."""
+    """A lifecycle event flattened into OpenTelemetry attributes (`durability.<field>`),
+    without the fields a span must not carry (`SPAN_OMITTED_FIELDS`)."""
     attributes: dict[str, str | int | bool] = {}
     for key, value in event.items():
         if isinstance(value, dict):
             for inner_key, inner in value.items():
-                attributes[f"durability.{key}.{inner_key}"] = str(inner)
+                if inner_key not in SPAN_OMITTED_FIELDS:
+                    attributes[f"durability.{key}.{inner_key}"] = str(inner)
         elif isinstance(value, str | int | bool):
             attributes[f"durability.{key}"] = value
     return attributes
