@@ -21,6 +21,7 @@ from tests.support.deployment import (
     OPTIONS,
     cancel_and_check_each_run_ran_once,
     set_current_version,
+    two_builds,
     workflow_build_id,
 )
 from tests.support.helpers import eventually
@@ -137,16 +138,7 @@ async def test_rolling_upgrade_moves_running_schedules_to_the_new_build(
     recorder.start()
     queue = f"upgrade-{uuid.uuid4().hex[:8]}"
     deployment = f"durability-{uuid.uuid4().hex[:6]}"
-    builds = {
-        build: WorkerFleet(
-            dev_server_address,
-            queue,
-            1,
-            tmp_path / build,
-            {"DURABILITY_DEPLOYMENT_NAME": deployment, "DURABILITY_BUILD_ID": build},
-        )
-        for build in ("v1", "v2")
-    }
+    builds = two_builds(dev_server_address, queue, deployment, tmp_path)
     durability = DurabilityClient(client, queue, worker_grace=FLEET_START_GRACE)
     object_id = f"upgrade-{uuid.uuid4().hex[:6]}"
     params = {"url": f"{recorder.base_url}/run", "outcome_url": f"{recorder.base_url}/outcome"}

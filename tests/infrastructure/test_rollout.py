@@ -14,12 +14,12 @@ import pytest
 from temporalio.client import Client
 
 from durability.client import DurabilityClient
-from harness.fleet import WorkerFleet
 from harness.recorder import Recorder
 from tests.support.deployment import (
     OPTIONS,
     cancel_and_check_each_run_ran_once,
     set_current_version,
+    two_builds,
     workflow_build_id,
 )
 from tests.support.helpers import eventually, temporal
@@ -47,16 +47,7 @@ async def test_a_rollout_moves_workflows_and_one_stopped_halfway_rolls_back(
     recorder.start()
     queue = f"rollout-{uuid.uuid4().hex[:8]}"
     deployment = f"durability-{uuid.uuid4().hex[:6]}"
-    builds = {
-        build: WorkerFleet(
-            dev_server_address,
-            queue,
-            1,
-            tmp_path / build,
-            {"DURABILITY_DEPLOYMENT_NAME": deployment, "DURABILITY_BUILD_ID": build},
-        )
-        for build in ("v1", "v2")
-    }
+    builds = two_builds(dev_server_address, queue, deployment, tmp_path)
     durability = DurabilityClient(client, queue)
     object_id = f"rollout-{uuid.uuid4().hex[:6]}"
     workflow_id = f"schedule:{object_id}"

@@ -4,8 +4,10 @@ manifests' drain bound."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from durability.client import DurabilityClient
+from harness.fleet import WorkerFleet
 from harness.recorder import Recorder
 from tests.support.helpers import eventually, temporal
 
@@ -63,3 +65,18 @@ async def cancel_and_check_each_run_ran_once(
     with recorder.lock:
         assert all(len(posts) == 1 for posts in recorder.runs.values())
         assert all(recorder.outcomes[key] for key in recorder.runs)
+
+
+def two_builds(address: str, queue: str, deployment: str, data: Path) -> dict[str, WorkerFleet]:
+    """One worker process each for builds `v1` and `v2` of `deployment` on `queue`, not yet
+    started."""
+    return {
+        build: WorkerFleet(
+            address,
+            queue,
+            1,
+            data / build,
+            {"DURABILITY_DEPLOYMENT_NAME": deployment, "DURABILITY_BUILD_ID": build},
+        )
+        for build in ("v1", "v2")
+    }
