@@ -23,15 +23,15 @@ run: $(STAMP)
 browser:
 	command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-# dclint (compose-spec schema + lint) for tests/platform/test_compose.py, pinned, into .tools/.
+# dclint (compose-spec schema + lint) for tests/infrastructure/test_compose.py, pinned, into .tools/.
 DCLINT_VERSION := 3.1.0
 DCLINT := .tools/node_modules/.bin/dclint
-# The TypeScript caller for tests/platform/test_typescript_caller.py: installed from its lock (versions
+# The TypeScript caller for tests/product/test_typescript_caller.py: installed from its lock (versions
 # pinned in examples/typescript/package.json) and compiled with its own tsc into dist/.
 TS_EXAMPLE := examples/typescript
 TS_INSTALLED := $(TS_EXAMPLE)/node_modules/.installed
 TS_DEMO := $(TS_EXAMPLE)/dist/demo.js
-# checkov (the Kubernetes manifests' security scan) for tests/platform/test_kubernetes.py,
+# checkov (the Kubernetes manifests' security scan) for tests/infrastructure/test_kubernetes.py,
 # pinned, in a virtualenv of its own: it requires packaging<24, which the lock does not allow.
 CHECKOV_VERSION := 3.3.30
 CHECKOV := .tools/checkov/bin/checkov

@@ -1,5 +1,5 @@
-"""`python -m bench.chaos`: the long chaos run (issue 6), the fast one being
-tests/platform/test_chaos.py.
+"""`python -m bench.chaos`: the long chaos run, the fast one being
+tests/infrastructure/test_chaos.py.
 
 A 3-worker fleet of real `python -m worker` processes against its own file-backed dev server:
 20 schedules at `@every 1s` through HTTP webhooks and 500 ledger operations (with
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.support.chaos import ChaosConfig, ChaosReport, run_chaos
+from harness.chaos import ChaosConfig, ChaosReport, run_chaos
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -1,5 +1,5 @@
 """`python -m bench.coldtick`: what a tick costs on a worker that has the schedule cached and
-on one that has evicted it (issue 29), on ONE real `python worker.py` process.
+on one that has evicted it, on ONE real `python worker.py` process.
 
 It starts an in-memory dev server, a local HTTP far side (the schedule's run/outcome webhooks
 and the ledger's `/requests`, each answered at once and timed), and `python -m worker` with
@@ -20,7 +20,7 @@ and the ledger's `/requests`, each answered at once and timed), and `python -m w
    WorkflowTaskStarted: what a cold worker is handed), and a raw awaited chain (timer -> child
    -> no-op activity, each child awaited before the next timer: the schedule's 3 workflow tasks
    a tick) recorded here, cut at the same lengths, replayed side by side in this process with
-   the production Replayer configuration (tests.support.helpers.production_replayer), best of
+   the production Replayer configuration (harness.replay.production_replayer), best of
    `--best-of`: CPU ms per event and the ratio.
 
 Everything is measured from outside the workflows (process CPU, webhook arrivals, event
@@ -46,7 +46,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +69,10 @@ from bench.stats import percentile
 from bench.workflows import BenchAwaitedChain, BenchAwaitedChild
 from durability.client import DurabilityClient, ledger_workflow_id, schedule_workflow_id
 from durability.connect import connect, data_converter
-from tests.support.fleet import WorkerFleet
-from tests.support.helpers import production_replayer
-from tests.support.server import DevServer, free_port
+from harness.fleet import WorkerFleet
+from harness.http import JSON, QuietHandler
+from harness.replay import production_replayer
+from harness.server import DevServer, free_port
 from workflows.schedule.models import DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
@@ -153,17 +154,9 @@ class FarSide:
     def start(self) -> None:
         far = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def _answer(self, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.answer(200, body, JSON)
 
             def do_POST(self) -> None:
                 at = time.time()
@@ -312,7 +305,7 @@ class Report:
 
 
 class Process:
-    """One `python -m worker` (tests.support.fleet), its /metrics and its /proc figures."""
+    """One `python -m worker` (harness.fleet), its /metrics and its /proc figures."""
 
     def __init__(self, address: str, queue: str, directory: Path, env: dict[str, str]) -> None:
         self.metrics_port = free_port()

@@ -1,5 +1,5 @@
 """`python -m bench.memory`: worker memory per cached workflow, a schedule against a raw
-workflow, side by side in one run (issue 29's "at most 64 KiB per cached schedule").
+workflow, side by side in one run (against the goal "at most 64 KiB per cached schedule").
 
 For each side a fresh process starts an in-memory dev server and one in-process worker whose
 cache holds everything (the worker is built from `DurabilityPlugin`, as `worker.py` does),

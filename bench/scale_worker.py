@@ -1,4 +1,4 @@
-"""`python -m bench.scale_worker`: goal 5 of issue 13, measured the way production runs.
+"""`python -m bench.scale_worker`: the worker's scale goal, measured the way production runs.
 
 "10,000 idle hourly schedules on one worker start in < 60 s with worker RSS < 512 MiB."
 Unlike the `scale` scenario of `python -m bench` (worker inside the bench process, cache
@@ -39,8 +39,8 @@ from temporalio.client import Client
 from bench.machine import describe
 from durability.client import SCHEDULE_WORKFLOW, DurabilityClient, schedule_workflow_id
 from durability.connect import connect
-from tests.support.fleet import WorkerFleet
-from tests.support.server import DevServer, free_port
+from harness.fleet import WorkerFleet
+from harness.server import DevServer, free_port
 from worker import worker_tuning
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

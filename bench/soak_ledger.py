@@ -1,4 +1,4 @@
-"""A long soak of the ledger simulation (`tests/simulation/ledger_harness.py`): seeded
+"""A long soak of the ledger simulation (`harness/ledger_simulation.py`): seeded
 interleavings of the ledger's core and of what Temporal can do around it, every invariant of
 `workflows.invariants` checked after each step, until a time budget runs out.
 
@@ -14,7 +14,7 @@ import argparse
 import sys
 import time
 
-from tests.simulation.ledger_harness import LedgerSim, SimFailure
+from harness.ledger_simulation import LedgerSim, SimFailure
 
 
 def main(argv: list[str] | None = None) -> int:

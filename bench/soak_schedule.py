@@ -12,7 +12,7 @@ import argparse
 import sys
 import time
 
-from tests.simulation.schedule_harness import SimulationFailure, simulate
+from harness.schedule_simulation import SimulationFailure, simulate
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 
     python -m durability.apidocs build/api    # then open build/api/index.html
 
-The test suite builds it too (tests/platform/test_cli_help.py), so a docstring that pdoc
+The test suite builds it too (tests/product/test_cli_help.py), so a docstring that pdoc
 cannot render, or a name exported that does not resolve, fails a test.
 """
 

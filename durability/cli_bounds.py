@@ -2,7 +2,7 @@
 
 `durability --help` answers without loading the workflows' modules (they load pydantic), so
 the values are kept here, each with where the workflows set it;
-`tests/platform/test_cli_bounds.py` reads every one from there and fails when they differ.
+`tests/product/test_cli_bounds.py` reads every one from there and fails when they differ.
 """
 
 from __future__ import annotations

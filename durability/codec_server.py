@@ -21,16 +21,17 @@ from __future__ import annotations
 
 import hmac
 import logging
-import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 from temporalio.converter import PayloadCodec
+
+from durability import serving
+from durability.serving import RunningServer
 
 log = logging.getLogger("durability.codec_server")
 
@@ -214,33 +215,11 @@ def _too_large(limit: int, cors: dict[str, str]) -> web.Response:
     return _json_error(413, f"request body is larger than {limit} bytes", **cors)
 
 
-class RunningCodecServer:
-    """A started server: `url`, and `close()` to stop it."""
-
-    def __init__(self, runner: web.AppRunner, url: str) -> None:
-        self._runner = runner
-        self.url = url
-
-    async def close(self) -> None:
-        await self._runner.cleanup()
-
-
 async def start(
     codec: PayloadCodec, settings: CodecServerSettings, host: str = "127.0.0.1", port: int = 8081
-) -> RunningCodecServer:
+) -> RunningServer:
     """Serve on host:port (0 picks a free port) in the running event loop."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family)
-    runner = web.AppRunner(make_app(codec, settings), access_log=None, logger=http_log)
-    await runner.setup()
-    try:
-        await web.SockSite(runner, sock).start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    bound: Any = sock.getsockname()
-    shown = f"[{host}]" if ":" in host else host
-    return RunningCodecServer(runner, f"http://{shown}:{bound[1]}")
+    return await serving.serve(make_app(codec, settings), serving.bind(host, port), http_log)
 
 
 def origins_from(flags: Iterable[str] | None, env_value: str | None) -> list[str]:

@@ -15,7 +15,6 @@ Both answer plain text and take no input; the port binds 0.0.0.0 like the metric
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
@@ -25,6 +24,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from durability import serving
+from durability.serving import RunningServer
 from durability.settings import ConfigurationError
 
 log = logging.getLogger("durability.health")
@@ -75,39 +76,21 @@ def make_app(not_ready_because: Callable[[], Awaitable[str | None]]) -> web.Appl
     return app
 
 
-class HealthServer:
-    """A started health endpoint: `port`, and `close()` to stop it."""
-
-    def __init__(self, runner: web.AppRunner, port: int) -> None:
-        self._runner = runner
-        self.port = port
-
-    async def close(self) -> None:
-        await self._runner.cleanup()
-
-
 async def serve(
     not_ready_because: Callable[[], Awaitable[str | None]],
     port: int,
     setting_name: str,
     host: str = "0.0.0.0",
-) -> HealthServer:
+) -> RunningServer:
     """Serve the probes on host:port in the running loop; a port that cannot be bound
     raises ConfigurationError naming `setting_name`."""
     try:
-        sock = socket.create_server((host, port))
+        sock = serving.bind(host, port)
     except OSError as error:
         raise ConfigurationError(
             f"{setting_name} {port} cannot be used ({error.strerror}); choose a free port, "
             "or 0 to turn the health endpoint off"
         ) from None
-    runner = web.AppRunner(make_app(not_ready_because), access_log=None)
-    await runner.setup()
-    try:
-        await web.SockSite(runner, sock).start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    bound: tuple[str, int] = sock.getsockname()
-    log.info("health endpoint on port %s (%s, %s)", bound[1], LIVE_PATH, READY_PATH)
-    return HealthServer(runner, bound[1])
+    server = await serving.serve(make_app(not_ready_because), sock)
+    log.info("health endpoint on port %s (%s, %s)", server.port, LIVE_PATH, READY_PATH)
+    return server

@@ -20,8 +20,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from durability.connect import data_converter, interceptors
 from durability.devserver import test_server
+from harness.server import free_port
 from tests.support.helpers import CACHE_SIZE_ENV, start_dev_server, starts_a_server
-from tests.support.server import free_port
 from workflows import search_attributes
 
 # Property tests judge what a core decides, never how fast: a test process sharing two cores

@@ -105,17 +105,16 @@ T = TypeVar("T")
 
 # The default of a workflow's `input` parameter when it is started without one (`null`).
 NO_INPUT = RawValue(Payload(metadata={"encoding": b"binary/null"}))
-# Recorded (as a patch marker) the first time a run waits to close: earlier histories close
-# at once.
+# The patches the kernel asks; docs/compat.md says what each side replays and when it can go.
+# A run waits for a workflow task without updates before it closes.
 CLOSE_WITHOUT_UPDATE_PATCH = "close-in-a-task-without-updates"
-# Recorded (as a patch marker) when a new run refuses a start setting that earlier releases
-# converted or ignored (`workflows.validation`): runs recorded without it keep the setting.
+# A new run refuses a start setting of the wrong type or an unknown one
+# (`workflows.validation`); a run recorded without the marker keeps the setting.
 STRICT_START_PATCH = "strict-start-settings"
-# Recorded (as a patch marker) when a new run refuses its object or ledger ID by its
-# characters (empty, blank, spaces around it, control characters), which earlier releases took.
+# A new run refuses its object or ledger ID by its characters (empty, blank, spaces around
+# it, control characters).
 STRICT_ID_PATCH = "strict-identifiers"
-# Recorded (as a patch marker) when a run first drops a signal for its payload's size, which
-# earlier releases applied.
+# A signal over the size or depth bound is dropped and counted, not applied.
 BOUNDED_SIGNALS_PATCH = "bounded-signal-payloads"
 # The timer that asks Temporal for the next workflow task.
 NEXT_TASK_DELAY = timedelta(milliseconds=1)
@@ -301,7 +300,7 @@ class ShellKernel:
         try:
             return read_message(what, raw)
         except InvalidRequest:
-            # Earlier releases applied a large signal: a run recorded by them replays so.
+            # A run recorded without the marker applied a large signal: it replays so.
             if isinstance(raw, RawValue) and not workflow.patched(BOUNDED_SIGNALS_PATCH):
                 return read_message(what, raw, bounded=False)
             raise

@@ -20,7 +20,7 @@ def _passes(res: LoadResult, p99: float) -> bool:
 
 async def capacity(ctx: Ctx) -> None:
     r = ctx.results
-    # Fine steps at the low end: a file-backed server passes or fails there (issue 13, goal 3).
+    # Fine steps at the low end: a file-backed server passes or fails there.
     levels = [5, 8, 11, 15, 20, 25, 35, 45, 55]
     if not ctx.quick:
         levels = [5, 8, 11, 15, 20, 30, 40, 50, 60, 80, 100]

@@ -8,7 +8,7 @@ import random
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from temporalio.service import RPCError
@@ -18,30 +18,21 @@ from bench.load import _terminate
 from bench.scenarios.common import Ctx, top, verdict
 from bench.scenarios.floors import floors
 from bench.stats import fmt_ratio
+from harness.http import JSON, QuietHandler
 
 
-class _AppliedHandler(BaseHTTPRequestHandler):
+class _AppliedHandler(QuietHandler):
     requests_seen = 0
     lock = threading.Lock()
 
     def _answer(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
+        self.request_body()
         with self.lock:
             type(self).requests_seen += 1
-        body = b'{"outcome": "applied"}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.answer(200, {"outcome": "applied"}, JSON)
 
     do_POST = _answer
     do_GET = _answer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
 
 def start_http_server() -> tuple[ThreadingHTTPServer, str]:

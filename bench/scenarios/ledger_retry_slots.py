@@ -12,7 +12,7 @@ import json
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from temporalio.service import RPCError
@@ -23,6 +23,7 @@ from bench import cost
 from bench.load import _terminate
 from bench.scenarios.common import Ctx, top
 from bench.scenarios.ledger import _phases, critical_path, ledger_operations, start_ledger
+from harness.http import JSON, QuietHandler
 
 RETRY_AFTER_S = 2
 CONCURRENCY = 2
@@ -42,19 +43,9 @@ class FarSide:
         self.calls = 0
         far = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def _send(self, code: int, body: dict[str, Any], headers: dict[str, str]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                raw = self.request_body()
                 body = json.loads(raw)
                 request_id, op_id = body["id"], body["operation_ids"][0]
                 with far.lock:
@@ -66,9 +57,9 @@ class FarSide:
                         far.applied[request_id] = op_id
                         far.applied_at.setdefault(op_id, time.monotonic())
                 if busy:
-                    self._send(503, {"error": "busy"}, {"Retry-After": str(RETRY_AFTER_S)})
+                    self.answer(503, {"error": "busy"}, {**JSON, "Retry-After": str(RETRY_AFTER_S)})
                 else:
-                    self._send(200, {"outcome": "applied"}, {})
+                    self.answer(200, {"outcome": "applied"}, JSON)
 
             def do_GET(self) -> None:
                 request_id = self.path.rsplit("/", 1)[-1]
@@ -76,12 +67,9 @@ class FarSide:
                     far.calls += 1
                     known = request_id in far.applied
                 if known:
-                    self._send(200, {"outcome": "applied"}, {})
+                    self.answer(200, {"outcome": "applied"}, JSON)
                 else:
-                    self._send(404, {"error": "unknown"}, {})
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
+                    self.answer(404, {"error": "unknown"}, JSON)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

@@ -1,4 +1,4 @@
-"""The completion hook (`complete_activity`, issue 25 item 3) end to end: OperationLedger and
+"""The completion hook (`complete_activity`) end to end: OperationLedger and
 FrozenRequest on the real dev server, the built-in `http_complete` webhook against a
 recording HTTP server on 127.0.0.1.
 
@@ -21,25 +21,24 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
 from activities.ledger import ledger_activities
-from tests.ledger.test_ledger_workflow import (
-    enqueue,
-    http_input,
-    live_ledger,
-    record_history,
-    settled,
-    start_ledger,
-)
-from tests.support.helpers import HISTORY_DIR, eventually, production_replayer
+from harness.replay import production_replayer
+from tests.support.helpers import HISTORY_DIR, eventually
 from tests.support.ledger import (
     COMPLETE,
     Answer,
     Received,
+    enqueue,
+    http_input,
     intent,
     ledger_worker,
+    live_ledger,
     operations,
+    record_history,
     recording_server,
     requests,
     snapshot,
+    start_ledger,
+    until_resolved_or_blocked,
 )
 from workflows.ledger import core
 from workflows.ledger.models import LEFT_OUT_UNSET
@@ -97,7 +96,7 @@ async def test_an_accepting_completion_gets_the_whole_status_and_the_request_res
         client, task_queue, unique, far_side(accept), complete_activity="http_complete"
     ) as (server, handle):
         await enqueue(handle, intent("a", ["c1"]))
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
         a = operations(snap)["a"]
         child = request_workflow(handle, a["request_id"])
         await client.get_workflow_handle(child).result()
@@ -151,7 +150,7 @@ async def test_a_refusing_completion_blocks_with_its_claims_until_resume_complet
 
         resumed = await handle.execute_update("resume", {}, result_type=dict)
         assert resumed == {"resumed": [a["request_id"]]}
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
         await handle.execute_update("stop", {})
     ops = operations(snap)
     assert ops["a"]["outcome"] == ops["b"]["outcome"] == "applied"

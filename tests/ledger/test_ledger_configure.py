@@ -18,7 +18,6 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 
-from tests.ledger.test_ledger_workflow import record_history
 from tests.support.cold_worker import LedgerActivities
 from tests.support.helpers import (
     durability_cli,
@@ -27,6 +26,7 @@ from tests.support.helpers import (
     temporal,
     temporal_query,
 )
+from tests.support.ledger import record_history
 
 pytestmark = pytest.mark.cacheless
 

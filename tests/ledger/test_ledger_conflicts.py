@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from temporalio.client import Client, WorkflowHandle
 
-from tests.ledger.test_ledger_core import dispatch_all, finish, fresh, graphs, intent
+from tests.ledger.core.test_ledger_rules import dispatch_all, finish, fresh, graphs, intent
 from tests.support.helpers import durability_cli, eventually, running_worker
 from tests.support.ledger import ledger_worker, operations, snapshot
 from workflows.budget import STATE_BUDGET_BYTES

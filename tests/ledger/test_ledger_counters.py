@@ -8,9 +8,8 @@ import re
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from tests.ledger.test_ledger_workflow import enqueue, live_ledger, settled
 from tests.support.helpers import durability_cli, eventually, temporal_query
-from tests.support.ledger import intent
+from tests.support.ledger import enqueue, intent, live_ledger, until_resolved_or_blocked
 
 pytestmark = pytest.mark.cacheless
 
@@ -25,7 +24,7 @@ async def test_counters_survive_continue_as_new_and_count_each_event_once(
         first_run = handle.result_run_id
         await enqueue(handle, *graph)
         await enqueue(handle, *graph[:3])  # duplicates: not counted again
-        await settled(handle, timeout=60)
+        await until_resolved_or_blocked(handle, timeout=60)
         first = client.get_workflow_handle(handle.id, run_id=first_run)
 
         async def continued() -> bool:

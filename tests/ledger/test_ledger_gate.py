@@ -9,12 +9,24 @@ from typing import Any
 
 import pytest
 from temporalio import activity
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowUpdateFailedError,
+)
 
 from activities.ledger import compile_passthrough
 from durability.client import DurabilityClient
 from tests.support.helpers import eventually, record_history
-from tests.support.ledger import intent, ledger_worker, operations, requests, snapshot
+from tests.support.ledger import (
+    enqueue,
+    intent,
+    ledger_worker,
+    operations,
+    requests,
+    snapshot,
+    start_ledger,
+    until_resolved_or_blocked,
+)
 from workflows.ledger.models import LedgerInput
 
 pytestmark = pytest.mark.cacheless
@@ -108,3 +120,39 @@ async def test_a_message_with_a_field_it_does_not_take_is_refused_or_dropped(
         else:
             snap = await snapshot(handle)
         assert snap["operations"] == [] and not snap["stopped"] and snap["holds"] == 0
+
+
+async def test_bad_release_resume_and_skip_signals_are_dropped_and_counted(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    async with ledger_worker(client, task_queue):
+        handle = await start_ledger(client, unique, task_queue, LedgerInput())
+        token = await handle.execute_update("hold", {}, result_type=str)
+        await enqueue(handle, intent("orphan", ["c9"], ["never-enqueued"]), intent("a", ["c1"]))
+        before = await snapshot(handle)
+        bad = [
+            ("release", {"token": 5}),  # not a string
+            ("release", {"token": "not-held"}),  # not held
+            ("resume", "not an object"),
+            ("skip", {"operation_id": "ghost"}),  # not known
+            ("skip", {"reason": "no operation_id"}),
+            ("skip", {"operation_id": "a", "extra": 1}),  # unknown field
+        ]
+        for name, payload in bad:
+            await handle.signal(name, payload)
+
+        async def all_dropped() -> dict[str, Any] | None:
+            snap = await snapshot(handle)
+            return snap if snap["dropped_signals"] == len(bad) else None
+
+        snap = await eventually(all_dropped, timeout=20)
+        # Nothing changed: still held by the one token, nothing skipped or resumed.
+        assert {k: v for k, v in snap.items() if k != "dropped_signals"} == {
+            k: v for k, v in before.items() if k != "dropped_signals"
+        }
+        await handle.signal("release", {"token": token})
+        await handle.signal("skip", {"operation_id": "orphan", "reason": "no canvas"})
+        snap = await until_resolved_or_blocked(handle)
+    ops = operations(snap)
+    assert (ops["orphan"]["outcome"], ops["a"]["outcome"]) == ("skipped", "applied")
+    assert snap["dropped_signals"] == len(bad) and snap["held"] is False

@@ -18,9 +18,17 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 
 from activities.ledger import compile_passthrough, ledger_activities
-from tests.ledger.test_ledger_workflow import enqueue, http_input, record_history, start_ledger
 from tests.support.helpers import eventually
-from tests.support.ledger import intent, ledger_worker, operations, recording_server
+from tests.support.ledger import (
+    enqueue,
+    http_input,
+    intent,
+    ledger_worker,
+    operations,
+    record_history,
+    recording_server,
+    start_ledger,
+)
 
 pytestmark = pytest.mark.cacheless
 

@@ -6,7 +6,7 @@ tests/ledger/test_ledger_local_compile.py` (every test that calls `record_histor
 continue_as_new, continue_as_new_quiet, request_retry_after; local_compile) and
 `tests/ledger/test_ledger_complete.py` (request_complete_accepted, request_complete_blocked).
 `ledger_close_without_update_0_1_1.json` was recorded by 0.1.1 with
-`tests/platform/test_updates_racing_close.py` (a run that waited for a task without updates).
+`tests/product/test_updates_racing_close.py` (a run that waited for a task without updates).
 `ledger_stop_final_query_0_1_1.json` and `ledger_stop_final_query_child_0_1_1.json` are recorded
 by `tests/ledger/test_ledger_stop.py`; `ledger_stop_in_flight_0_1_1_before_final_queries.json`
 by the build before the `stop-final-queries` patch (a stop that asked nothing).
@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowHistory
 
-from tests.support.helpers import HISTORY_DIR, production_replayer, replay_each
+from harness.replay import production_replayer
+from tests.support.helpers import HISTORY_DIR, replay_each
 from workflows.ledger.request import FrozenRequestWorkflow
 from workflows.ledger.workflow import OperationLedgerWorkflow
 

@@ -18,6 +18,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from activities.ledger import ledger_activities
 from tests.support.helpers import eventually, recording_histories, save_history
 from tests.support.ledger import (
+    FAST_RETRY,
     Answer,
     LedgerServer,
     Responder,
@@ -28,11 +29,9 @@ from tests.support.ledger import (
     requests,
     snapshot,
 )
-from workflows.ledger.models import LedgerInput, RetryConfig
+from workflows.ledger.models import LedgerInput
 
 pytestmark = pytest.mark.cacheless
-
-FAST_RETRY = RetryConfig(initial_interval_ms=50, backoff_coefficient=2.0, maximum_interval_ms=200)
 
 
 @asynccontextmanager

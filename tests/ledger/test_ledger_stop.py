@@ -1,4 +1,4 @@
-"""`stop` forgets nothing (issue 25, item 4), end to end: a real dev server, a real worker and
+"""`stop` forgets nothing, end to end: a real dev server, a real worker and
 a recording HTTP far side on 127.0.0.1.
 
 Before the ledger completes, each request whose submit may have reached the far side is asked
@@ -8,17 +8,44 @@ is listed in the final result's `unknown` with its frozen body and next action.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
 
-from tests.ledger.test_ledger_workflow import enqueue, live_ledger, record_history
-from tests.support.helpers import durability_cli, eventually
-from tests.support.ledger import DELAY_HEADER, Answer, LedgerServer, intent, operations, snapshot
+from activities.ledger import ledger_activities
+from durability.registry import workflow_runner
+from tests.support.helpers import cache_options, durability_cli, eventually
+from tests.support.ledger import (
+    DELAY_HEADER,
+    Answer,
+    LedgerServer,
+    enqueue,
+    http_input,
+    in_flight_request,
+    intent,
+    ledger_worker,
+    live_ledger,
+    operations,
+    record_history,
+    recording_server,
+    snapshot,
+    start_ledger,
+)
 from workflows.ledger.models import RetryConfig
+from workflows.ledger.workflow import OperationLedgerWorkflow
 
 pytestmark = pytest.mark.cacheless
 
@@ -227,3 +254,106 @@ async def test_the_cli_prints_what_stop_resolved_and_what_stays_unknown(
     as_json = await durability_cli(dev_server_address, "--json", "ledger", "final", unique)
     [entry] = json.loads(as_json.stdout)["unknown"]
     assert entry["request"] == sent_bodies(server)[by_op["b"]]
+
+
+def never_decides(method: str, _request_id: str, _count: int) -> Answer:
+    return 202, {}, {"outcome": "accepted"}
+
+
+def rejection(error: pytest.ExceptionInfo[WorkflowUpdateFailedError]) -> tuple[str, str]:
+    """(type, message) of a rejected update, checking it is marked non-retryable."""
+    cause = error.value.cause
+    assert isinstance(cause, ApplicationError), cause
+    assert cause.non_retryable, cause
+    return str(cause.type), cause.message
+
+
+@asynccontextmanager
+async def ledger_only_worker(
+    client: Client, task_queue: str, activities: list[Any]
+) -> AsyncIterator[Worker]:
+    """A worker that runs ledgers but not their requests' workflows: a request's workflow
+    task fails on it (type not registered) and waits for a worker that has the type."""
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[OperationLedgerWorkflow],
+        activities=activities,
+        workflow_runner=workflow_runner(),
+        **cache_options(),
+    ) as worker:
+        yield worker
+
+
+async def test_a_stopping_ledger_refuses_hold_resume_settle_enqueue_and_a_second_stop(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """`stop` waits for every request in flight to be cancelled. Until then the ledger is
+    stopped but open: every message is refused naming why (the validators' stopped checks),
+    and a second `stop` too. The window is held open by a worker that cannot run the
+    request's workflow, so the cancellation waits until a full worker is back."""
+    with recording_server(never_decides) as server:
+        activities = ledger_activities(server.base_url)
+        async with ledger_worker(client, task_queue, activities):
+            handle = await start_ledger(client, unique, task_queue, http_input())
+            await enqueue(handle, intent("a", ["c1"]), intent("b", ["c1"]))
+            request = await in_flight_request(handle, "a")
+        async with ledger_only_worker(client, task_queue, activities):
+            stopping = asyncio.create_task(handle.execute_update("stop", {}, result_type=dict))
+
+            async def stopped() -> bool:
+                return bool((await snapshot(handle))["stopped"])
+
+            await eventually(stopped, timeout=30)
+            refused: dict[str, tuple[str, str]] = {}
+            for name, payload in (
+                ("hold", {}),
+                ("resume", {}),
+                ("settle", {}),
+                ("stop", {}),
+                ("enqueue", {"operations": [intent("c", ["c2"])]}),
+            ):
+                with pytest.raises(WorkflowUpdateFailedError) as rejected:
+                    await handle.execute_update(name, payload)
+                refused[name] = rejection(rejected)
+                # For one release a refusal also names its 0.1.0 type, where that differs.
+                cause = rejected.value.cause
+                assert isinstance(cause, ApplicationError)
+                former = {"enqueue": ({"former_type": "LedgerInputError"},)}.get(name, ())
+                assert cause.details == former, (name, cause.details)
+            assert not stopping.done()
+            snap = await snapshot(handle)
+        async with ledger_worker(client, task_queue, activities):
+            final = await asyncio.wait_for(stopping, timeout=30)
+    assert refused == {
+        "hold": ("LedgerStopped", "ledger is stopped"),
+        "resume": ("LedgerStopped", "ledger is stopped"),
+        "settle": ("LedgerStopped", "ledger is stopped"),
+        "stop": ("LedgerStopped", "ledger is stopped"),
+        # As docs/ledgers.md and docs/contract.md have it: an enqueue is refused as bad input.
+        "enqueue": ("InvalidRequest", "ledger is stopped: enqueue refused"),
+    }
+    # Nothing the refused messages carried was recorded.
+    assert [o["id"] for o in snap["operations"]] == ["a", "b"] and snap["holds"] == 0
+    assert final["stopped"] is True
+    assert [(o["id"], o["phase"]) for o in final["operations"]] == [
+        ("a", "dispatched"),
+        ("b", "pending"),
+    ]
+    assert [(r["id"], r["phase"]) for r in final["requests"]] == [(request["id"], "frozen")]
+    # Its workflow was cancelled, then run once more by the stop to ask (docs/contract.md
+    # 3.10): the far side still says `accepted`, so the request is listed unknown.
+    child_id = f"request:{unique}:{request['id']}"
+
+    async def cancelled_then_asked() -> bool:
+        runs = [r.status async for r in client.list_workflows(f"WorkflowId = '{child_id}'")]
+        return sorted(str(s) for s in runs) == sorted(
+            str(s) for s in (WorkflowExecutionStatus.CANCELED, WorkflowExecutionStatus.COMPLETED)
+        )
+
+    await eventually(cancelled_then_asked)
+    assert [(e["request_id"], e["at_stop"]) for e in final["unknown"]] == [
+        (request["id"], "accepted")
+    ]
+    assert [r.method for r in server.sent(request["id"])][:1] == ["POST"]
+    assert json.loads(server.bodies[request["id"]])["operation_ids"] == ["a"]

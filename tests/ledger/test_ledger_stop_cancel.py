@@ -5,35 +5,25 @@ completion `stop` interrupted is kept, the request's next action `query` (3.6)."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 
 from activities.ledger import compile_passthrough
 from tests.support.helpers import eventually, record_history
-from tests.support.ledger import intent, ledger_worker, snapshot
-from workflows.ledger import request_workflow_id
+from tests.support.ledger import (
+    BlockedCompletion,
+    cancel_requested,
+    intent,
+    ledger_worker,
+    start_ledger,
+)
 from workflows.ledger.models import LedgerInput
 
 pytestmark = pytest.mark.cacheless
-
-
-async def cancel_requested(
-    client: Client, ledger_id: str, handle: WorkflowHandle[Any, Any]
-) -> None:
-    """Until the request workflow of the ledger's only request has asked to cancel its call."""
-
-    async def asked() -> bool:
-        [request] = (await snapshot(handle))["requests"]
-        child = client.get_workflow_handle(request_workflow_id(ledger_id, request["id"]))
-        events = [e.event_type async for e in child.fetch_history_events()]
-        return EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED in events
-
-    await eventually(asked, timeout=30)
 
 
 async def test_the_final_query_waits_for_the_cancelled_submit_to_end(
@@ -88,38 +78,19 @@ async def test_the_final_query_waits_for_the_cancelled_submit_to_end(
 async def test_an_answer_whose_completion_stop_interrupts_is_kept_and_asked_next(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    completing = asyncio.Event()
-    finish_complete = asyncio.Event()
-
-    @activity.defn(name="submit")
-    async def submit(request: dict[str, Any]) -> dict[str, Any]:
-        return {"outcome": "applied"}
-
-    @activity.defn(name="query")
-    async def query(request: dict[str, Any]) -> dict[str, Any]:
-        return {"outcome": "applied"}
-
-    @activity.defn(name="complete")
-    async def slow_complete(request: dict[str, Any], status: dict[str, Any]) -> None:
-        completing.set()
-        await finish_complete.wait()
-
-    activities: list[Callable[..., Any]] = [compile_passthrough, submit, query, slow_complete]
-    async with ledger_worker(client, task_queue, activities):
-        handle = await client.start_workflow(
-            "OperationLedger",
-            LedgerInput(complete_activity="complete"),
-            id=f"ledger:{unique}",
-            task_queue=task_queue,
+    far_side = BlockedCompletion()
+    async with ledger_worker(client, task_queue, far_side.activities):
+        handle = await start_ledger(
+            client, unique, task_queue, LedgerInput(complete_activity="complete")
         )
         await handle.execute_update("enqueue", {"operations": [intent("a", ["c1"])]})
-        await asyncio.wait_for(completing.wait(), 30)
+        await asyncio.wait_for(far_side.started.wait(), 30)
         # Asking none: what stop leaves is what the interrupted request recorded.
         stopping = asyncio.create_task(
             handle.execute_update("stop", {"query_limit": 0}, result_type=dict)
         )
         await cancel_requested(client, unique, handle)
-        finish_complete.set()
+        far_side.release.set()
         final = await stopping
     [unknown] = final["unknown"]
     assert unknown["last_status"] == {"outcome": "applied"}  # the answer is kept

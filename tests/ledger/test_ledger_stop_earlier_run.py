@@ -7,18 +7,19 @@ the ledger (no failed workflow task)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
 
 import pytest
-from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from activities.ledger import compile_passthrough
-from tests.ledger.test_ledger_stop_cancel import cancel_requested
 from tests.support.helpers import eventually, record_history
-from tests.support.ledger import intent, ledger_worker
+from tests.support.ledger import (
+    BlockedCompletion,
+    cancel_requested,
+    intent,
+    ledger_worker,
+    start_ledger,
+)
 from workflows.ledger import request_workflow_id
 from workflows.ledger.models import LedgerInput
 
@@ -28,33 +29,17 @@ pytestmark = pytest.mark.cacheless
 async def test_stop_waits_for_the_last_report_of_a_request_an_earlier_run_started(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    completing = asyncio.Event()
-    finish_complete = asyncio.Event()
-
-    @activity.defn(name="submit")
-    async def submit(request: dict[str, Any]) -> dict[str, Any]:
-        return {"outcome": "applied"}
-
-    @activity.defn(name="query")
-    async def query(request: dict[str, Any]) -> dict[str, Any]:
-        return {"outcome": "applied"}
-
-    @activity.defn(name="complete")
-    async def slow_complete(request: dict[str, Any], status: dict[str, Any]) -> None:
-        completing.set()
-        await finish_complete.wait()  # no heartbeat: the cancellation never reaches it
-
-    activities: list[Callable[..., Any]] = [compile_passthrough, submit, query, slow_complete]
-    async with ledger_worker(client, task_queue, activities):
-        handle = await client.start_workflow(
-            "OperationLedger",
+    far_side = BlockedCompletion()
+    async with ledger_worker(client, task_queue, far_side.activities):
+        handle = await start_ledger(
+            client,
+            unique,
+            task_queue,
             LedgerInput(complete_activity="complete", continue_as_new_after_events=20),
-            id=f"ledger:{unique}",
-            task_queue=task_queue,
         )
         first_run = handle.result_run_id
         await handle.execute_update("enqueue", {"operations": [intent("a", ["c1"])]})
-        await asyncio.wait_for(completing.wait(), 30)
+        await asyncio.wait_for(far_side.started.wait(), 30)
         # Operations waiting behind `a`'s canvas lengthen the history past the bound.
         for name in ("b", "c", "d", "e"):
             await handle.execute_update("enqueue", {"operations": [intent(name, ["c1"])]})
@@ -69,7 +54,7 @@ async def test_stop_waits_for_the_last_report_of_a_request_an_earlier_run_starte
             latest.execute_update("stop", {"query_limit": 0}, result_type=dict)
         )
         await cancel_requested(client, unique, latest)
-        finish_complete.set()
+        far_side.release.set()
         final = await stopping
         history = await latest.fetch_history()
         record_history("ledger_stop_awaits_final_reports", history)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -24,80 +22,26 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from activities.ledger import compile_passthrough, ledger_activities
-from tests.support.helpers import eventually, recording_histories, save_history, temporal
+from tests.support.helpers import eventually, temporal
 from tests.support.ledger import (
     Answer,
-    LedgerServer,
-    Responder,
-    all_settled,
-    applied,
+    enqueue,
+    http_input,
+    in_flight_request,
     intent,
     ledger_worker,
+    live_ledger,
     operations,
+    record_history,
     recording_server,
     requests,
     snapshot,
+    start_ledger,
+    until_resolved_or_blocked,
 )
-from workflows.ledger.models import LedgerInput, RetentionConfig, RetryConfig
+from workflows.ledger.models import LedgerInput, RetentionConfig
 
 pytestmark = pytest.mark.cacheless
-
-FAST_RETRY = RetryConfig(initial_interval_ms=50, backoff_coefficient=2.0, maximum_interval_ms=200)
-
-
-def http_input(**overrides: Any) -> LedgerInput:
-    """Ledger input using the HTTP activities and fast retries."""
-    values: dict[str, Any] = {
-        "submit_activity": "http_submit",
-        "query_activity": "http_query",
-        "retry": FAST_RETRY,
-    }
-    values.update(overrides)
-    return LedgerInput(**values)
-
-
-async def record_history(
-    client: Client, workflow_id: str, name: str, run_id: str | None = None
-) -> None:
-    """When recording histories, save this run's as `ledger_<name>` for the replay test."""
-    if recording_histories():
-        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        save_history(f"ledger_{name}", history)
-
-
-async def start_ledger(
-    client: Client, ledger_id: str, task_queue: str, config: LedgerInput
-) -> WorkflowHandle[Any, Any]:
-    return await client.start_workflow(
-        "OperationLedger", config, id=f"ledger:{ledger_id}", task_queue=task_queue
-    )
-
-
-@asynccontextmanager
-async def live_ledger(
-    client: Client, task_queue: str, ledger_id: str, answer: Responder = applied, **config: Any
-) -> AsyncIterator[tuple[LedgerServer, WorkflowHandle[Any, Any]]]:
-    """A recording HTTP server answering with `answer`, a worker whose HTTP activities call it,
-    and a ledger started with `http_input(**config)`; the server's record outlives the block."""
-    with recording_server(answer) as server:
-        async with ledger_worker(client, task_queue, ledger_activities(server.base_url)):
-            yield server, await start_ledger(client, ledger_id, task_queue, http_input(**config))
-
-
-async def enqueue(handle: WorkflowHandle[Any, Any], *intents: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = await handle.execute_update(
-        "enqueue", {"operations": list(intents)}, result_type=dict
-    )
-    return result
-
-
-async def settled(handle: WorkflowHandle[Any, Any], timeout: float = 30) -> dict[str, Any]:
-    async def check() -> dict[str, Any] | None:
-        snap = await snapshot(handle)
-        return snap if all_settled(snap) else None
-
-    result: dict[str, Any] = await eventually(check, timeout=timeout)
-    return result
 
 
 async def test_enqueue_by_update_with_start_records_and_reports_duplicates(
@@ -121,7 +65,7 @@ async def test_enqueue_by_update_with_start_records_and_reports_duplicates(
         handle = client.get_workflow_handle(f"ledger:{unique}")
         second = await enqueue(handle, intent("b", ["c9"]), intent("c", ["c2"]))
         assert second == {"accepted": ["c"], "duplicates": [], "conflicts": ["b"]}
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
         ops = operations(snap)
         assert [o["id"] for o in snap["operations"]] == ["a", "b", "c"]
         assert [o["sequence"] for o in snap["operations"]] == [1, 2, 3]
@@ -157,7 +101,7 @@ async def test_http_dependencies_claims_lanes_and_frozen_bodies_end_to_end(
     ]
     async with live_ledger(client, task_queue, unique, answer, concurrency=3) as (server, handle):
         assert (await enqueue(handle, *graph))["accepted"] == [g["id"] for g in graph]
-        snap = await settled(handle, timeout=60)
+        snap = await until_resolved_or_blocked(handle, timeout=60)
     ops = operations(snap)
     assert {op_id: o["outcome"] for op_id, o in ops.items()} == {g["id"]: "applied" for g in graph}
     assert server.violations == []
@@ -201,7 +145,7 @@ async def test_retry_after_is_honoured_and_transport_errors_are_unresolved(
     config = {"own_retry_timers": True} if own_timers else {}
     async with live_ledger(client, task_queue, unique, answer, **config) as (server, handle):
         await enqueue(handle, intent("a", ["c1"]))
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
         request_workflow = f"request:{unique}:{snap['requests'][0]['id']}"
         await client.get_workflow_handle(request_workflow).result()
         if own_timers:  # the 0.1.0 loop, as recorded by 0.1.0
@@ -286,7 +230,7 @@ async def test_blocked_status_holds_claims_until_resume_then_queries_before_resu
         fixed["yes"] = True
         resumed = await handle.execute_update("resume", {}, result_type=dict)
         assert resumed == {"resumed": [a["request_id"]]}
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
         await handle.execute_update("stop", {})
         await record_history(client, handle.id, "blocked_resume")
     ops = operations(snap)
@@ -328,7 +272,7 @@ async def test_unsupported_protocol_is_never_sent_and_skip_frees_dependents(
             {"operation_id": "new", "reason": "client upgrade pending"},
             result_type=bool,
         )
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
     ops = operations(snap)
     assert ops["new"]["outcome"] == "skipped"
     assert ops["new"]["error"] == "client upgrade pending"
@@ -396,7 +340,7 @@ async def test_hold_stops_new_launches_until_every_token_is_released(
             await handle.execute_update("release", {"token": "nope"})
         assert "'nope' is not held" in str(rejected.value.cause)
         await handle.signal("release", {"token": second})
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
         assert operations(snap)["a"]["outcome"] == "applied"
         assert snap["held"] is False
 
@@ -454,7 +398,7 @@ async def test_continue_as_new_keeps_in_flight_requests_and_their_bodies(
     ) as (server, handle):
         first_run = handle.result_run_id
         await enqueue(handle, *graph)
-        snap = await settled(handle, timeout=60)
+        snap = await until_resolved_or_blocked(handle, timeout=60)
         await record_history(client, handle.id, "continue_as_new", first_run)
     first = client.get_workflow_handle(handle.id, run_id=first_run)
     assert (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
@@ -487,7 +431,7 @@ async def test_continue_as_new_lets_attempts_in_flight_report_first(
     ) as (server, handle):
         first_run = handle.result_run_id
         await enqueue(handle, *graph)
-        snap = await settled(handle, timeout=60)
+        snap = await until_resolved_or_blocked(handle, timeout=60)
         await record_history(client, handle.id, "continue_as_new_quiet", first_run)
     first = client.get_workflow_handle(handle.id, run_id=first_run)
     assert (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
@@ -563,7 +507,7 @@ async def test_bad_enqueue_is_rejected_naming_the_field_and_bad_signals_are_drop
             json.dumps({"operations": [intent("from-cli", ["c3"])]}),
         )
         assert "from-cli" in via_cli.stdout
-        await settled(handle)
+        await until_resolved_or_blocked(handle)
 
 
 async def test_worker_restart_mid_flight_resends_nothing_new_and_signal_with_start_works(
@@ -595,7 +539,7 @@ async def test_worker_restart_mid_flight_resends_nothing_new_and_signal_with_sta
         # The worker is gone (its workflow caches with it); a new one replays from history.
         gate["open"] = True
         async with ledger_worker(client, task_queue, activities):
-            snap = await settled(handle)
+            snap = await until_resolved_or_blocked(handle)
     assert {o["outcome"] for o in snap["operations"]} == {"applied"}
     assert [o["id"] for o in snap["operations"]] == ["a", "b", "c"]
     assert server.violations == []
@@ -695,7 +639,7 @@ async def test_skip_is_validated_and_also_accepted_as_a_signal(
         assert "operation_id 'ghost' is not known" in str(rejected.value.cause)
         assert operations(await snapshot(handle))["orphan"]["waiting_for"] == ["never-enqueued"]
         await handle.signal("skip", {"operation_id": "orphan", "reason": "no canvas"})
-        snap = await settled(handle)
+        snap = await until_resolved_or_blocked(handle)
     ops = operations(snap)
     assert (ops["orphan"]["outcome"], ops["orphan"]["error"]) == ("skipped", "no canvas")
     assert ops["child"]["outcome"] == "applied"  # dependents treat skipped as resolved
@@ -759,3 +703,150 @@ async def _compacted(
     counts = snap["counts"]
     done = counts["operations"] == {"resolved": resolved} and counts["forgotten"] == remembered
     return snap if done else None
+
+
+async def phase_of(handle: WorkflowHandle[Any, Any], op_id: str) -> str:
+    return str(operations(await snapshot(handle))[op_id]["phase"])
+
+
+async def _phase_is(handle: WorkflowHandle[Any, Any], op_id: str, phase: str) -> bool:
+    return await phase_of(handle, op_id) == phase
+
+
+async def test_a_request_whose_workflow_fails_blocks_until_resume_which_asks_first(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """A request's workflow that ends without reporting (here: terminated by an operator)
+    blocks its operation with `request_workflow_failed`, keeping its canvas; `resume` starts
+    it again with the same frozen body and its recorded next action (a query: the submit
+    was sent)."""
+    decided = {"yes": False}
+
+    def answer(method: str, _request_id: str, _count: int) -> Answer:
+        if method == "GET" and decided["yes"]:
+            return 200, {}, {"outcome": "applied"}
+        return 202, {}, {"outcome": "accepted"}
+
+    async with live_ledger(client, task_queue, unique, answer) as (server, handle):
+        await enqueue(handle, intent("a", ["c1"]), intent("b", ["c1"]))
+        request = await in_flight_request(handle, "a")
+        child = client.get_workflow_handle(f"request:{unique}:{request['id']}")
+        await child.terminate("an operator gave up on it")
+
+        async def blocked() -> dict[str, Any] | None:
+            snap = await snapshot(handle)
+            return snap if operations(snap)["a"]["phase"] == "blocked" else None
+
+        snap = await eventually(blocked, timeout=30)
+        a = operations(snap)["a"]
+        assert a["blockers"][0].startswith("request_workflow_failed: ")
+        assert requests(snap)[request["id"]]["phase"] == "blocked"
+        assert snap["claims"] == {"c1": request["id"]}
+        assert operations(snap)["b"]["phase"] == "pending"
+        sent_before = len(server.sent(request["id"]))
+        decided["yes"] = True
+        resumed = await handle.execute_update("resume", {}, result_type=dict)
+        assert resumed == {"resumed": [request["id"]]}
+        snap = await until_resolved_or_blocked(handle)
+    ops = operations(snap)
+    assert ops["a"]["outcome"] == ops["b"]["outcome"] == "applied"
+    assert ops["a"]["request_id"] == request["id"]
+    after_resume = [r.method for r in server.sent(request["id"])[sent_before:]]
+    assert after_resume and set(after_resume) == {"GET"}  # asked (it had been applied)
+    assert server.violations == []  # one body per request ID, one request per canvas
+
+
+async def test_a_request_whose_workflow_id_is_taken_blocks_as_already_running(
+    client: Client, task_queue: str, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`resume` starts a blocked request's workflow again under its ID; while another
+    workflow holds that ID the start is retried, then the request is blocked with
+    `request_workflow_already_running` until a later `resume` (tries cut from 60 to 2
+    here, so the test does not wait a minute)."""
+    monkeypatch.setattr("workflows.ledger.launches.CHILD_START_TRIES", 2)
+    fixed = {"yes": False}
+
+    def answer(method: str, _request_id: str, _count: int) -> Answer:
+        if not fixed["yes"]:
+            return 401, {}, {"error": "token expired"}
+        return 200, {}, {"outcome": "applied"}
+
+    async with live_ledger(client, task_queue, unique, answer) as (server, handle):
+        await enqueue(handle, intent("a", ["c1"]))
+        await eventually(lambda: _phase_is(handle, "a", "blocked"), timeout=30)
+        request_id = operations(await snapshot(handle))["a"]["request_id"]
+        workflow_id = f"request:{unique}:{request_id}"
+        await client.get_workflow_handle(workflow_id).result()  # the blocked loop ended
+        squatter = await client.start_workflow(
+            "Squatter", id=workflow_id, task_queue=f"{task_queue}-nobody"
+        )
+        fixed["yes"] = True
+        assert await handle.execute_update("resume", {}, result_type=dict) == {
+            "resumed": [request_id]
+        }
+
+        async def already_running() -> dict[str, Any] | None:
+            snap = await snapshot(handle)
+            a = operations(snap)["a"]
+            return snap if a["blockers"] == ["request_workflow_already_running"] else None
+
+        snap = await eventually(already_running, timeout=30)
+        assert requests(snap)[request_id]["phase"] == "blocked"
+        assert snap["claims"] == {"c1": request_id}
+        sent_while_taken = len(server.sent(request_id))
+        await squatter.terminate("the ID is free again")
+        await handle.execute_update("resume", {})
+        snap = await until_resolved_or_blocked(handle)
+    assert operations(snap)["a"]["outcome"] == "applied"
+    assert sent_while_taken == 1  # only the blocked submit: nothing was sent meanwhile
+    assert [r.method for r in server.sent(request_id)] == ["POST", "GET"]
+    assert server.violations == []
+
+
+async def test_supported_protocol_versions_decide_which_requests_are_sent(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """A ledger whose interpreter speaks only protocol 2 sends version-2 requests and blocks
+    version-1 ones before anything is sent (L11), whatever the default is."""
+    async with live_ledger(client, task_queue, unique, supported_protocol_versions=[2]) as (
+        server,
+        handle,
+    ):
+        await enqueue(
+            handle,
+            intent("v2", ["c1"], protocol_version=2),
+            intent("v1", ["c2"], protocol_version=1),
+        )
+        snap = await until_resolved_or_blocked(handle)
+    ops = operations(snap)
+    assert ops["v2"]["outcome"] == "applied"
+    assert (ops["v1"]["phase"], ops["v1"]["blockers"]) == (
+        "blocked",
+        ["request_interpreter_unavailable"],
+    )
+    assert json.loads(server.bodies[ops["v2"]["request_id"]])["protocol_version"] == 2
+    assert server.sent(ops["v1"]["request_id"]) == []
+    assert snap["claims"] == {"c2": ops["v1"]["request_id"]}
+
+
+async def test_participant_free_types_are_the_configured_ones(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """With `participant_free_types: ["doc.export"]`, an export without canvases is sent,
+    and an upload without canvases (participant-free by default) is refused at enqueue (L5:
+    it could never dispatch), naming the field and the type."""
+    async with live_ledger(client, task_queue, unique, participant_free_types=["doc.export"]) as (
+        server,
+        handle,
+    ):
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await enqueue(handle, intent("upload", [], operation_type="asset.upload"))
+        assert "operations.0.participants" in str(refused.value.cause)
+        assert "'asset.upload'" in str(refused.value.cause)
+        await enqueue(handle, intent("export", [], operation_type="doc.export"))
+        snap = await until_resolved_or_blocked(handle)
+    ops = operations(snap)
+    assert ops["export"]["outcome"] == "applied"
+    assert json.loads(server.bodies[ops["export"]["request_id"]])["canvas_ids"] == []
+    assert "upload" not in ops
+    assert len(server.bodies) == 1

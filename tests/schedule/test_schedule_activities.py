@@ -8,7 +8,6 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -19,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.schedule import ScheduleActivities, WebhookAllowlist, schedule_activities
+from harness.http import QuietHandler
 from tests.support.helpers import eventually, http_server, schedule_worker, start_webhook_schedule
 from workflows.schedule.models import Outcome, ScheduledRunObject
 
@@ -44,20 +44,15 @@ class WebhookServer:
 def webhook() -> Iterator[WebhookServer]:
     state = WebhookServer(url="")
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length", "0"))
-            body = json.loads(self.rfile.read(length) or b"null")
+            body = json.loads(self.request_body() or b"null")
             state.requests.append(Recorded("POST", self.path, dict(self.headers), body))
             if state.fail.get(self.path, 0) > 0:
                 state.fail[self.path] -= 1
-                self.send_response(503)
+                self.answer(503)
             else:
-                self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
+                self.answer(200)
 
     with http_server(Handler) as url:
         state.url = url

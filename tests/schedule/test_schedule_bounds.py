@@ -1,4 +1,4 @@
-"""Bounds on a schedule's life end to end (issue 28 item 3): `catchup_window_ms`,
+"""Bounds on a schedule's life end to end: `catchup_window_ms`,
 `start_at` / `end_at`, `remaining_runs` and `pause_on_failure`, through the `durability` CLI,
 the `temporal` CLI and the time-skipping server; bad bounds refused before anything exists."""
 
@@ -17,12 +17,12 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, Work
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
+from harness.replay import production_replayer
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import (
     HISTORY_DIR,
     durability_cli,
     eventually,
-    production_replayer,
     record_history,
     schedule_worker,
     temporal,

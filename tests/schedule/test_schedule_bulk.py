@@ -23,11 +23,11 @@ from durability.client import (
     ScheduleMatches,
     schedule_query,
 )
+from harness.replay import production_replayer
 from tests.support.cold_worker import assert_healthy
 from tests.support.helpers import (
     durability_cli,
     eventually,
-    production_replayer,
     record_history,
     replay_each,
     schedule_worker,

@@ -3,11 +3,16 @@ update, through the `durability` CLI and the `temporal` CLI on the dev server.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.exceptions import ApplicationError
 
 from tests.support.fakes import ScheduleFake
@@ -17,6 +22,10 @@ from tests.support.helpers import (
     record_history,
     schedule_worker,
     temporal_query,
+)
+from tests.support.schedule import (
+    live_schedule,
+    no_runs_left,
 )
 
 pytestmark = pytest.mark.cacheless
@@ -137,3 +146,43 @@ async def _one_letter(handle: WorkflowHandle[Any, Any]) -> bool:
 
 async def _no_letters(handle: WorkflowHandle[Any, Any]) -> bool:
     return not await _letters(handle)
+
+
+async def test_an_outcome_slower_than_its_timeout_is_dead_lettered_as_an_outcome_timeout(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = ScheduleFake()  # `gated_outcome`: the outcome activity never returns here
+    schedule = {"expression": YEARLY, "version": 1, "params": {"gated_outcome": True}}
+    outcomes = {
+        "outcome_timeout_ms": 300,
+        "outcome_retries": {"max_attempts": 2, "initial_interval_ms": 100},
+    }
+    async with live_schedule(client, task_queue, unique, recorder, schedule, **outcomes) as handle:
+        scheduled_time = await handle.execute_update("trigger", {}, result_type=int)
+        await eventually(
+            lambda: [e for e in recorder.events if e["type"] == "dead_lettered"], timeout=20
+        )
+        run = client.get_workflow_handle(f"schedule-run:{unique}:{scheduled_time}")
+        result = await asyncio.wait_for(run.result(), timeout=20)
+        await eventually(no_runs_left(handle), timeout=20)
+        [letter] = await handle.query("dead_letters")
+        await handle.terminate("test done")
+    timeout = {
+        "name": "ScheduledOutcomeTimeoutError",
+        "message": "activity timed out (START_TO_CLOSE)",
+    }
+    # The run ended as it stopped; the schedule delivered, and dead-lettered, its outcome.
+    assert result == {
+        "outcome": {"status": "complete", "error": None},
+        "delivered": None,  # the schedule's to deliver: not the run's to claim
+        "dead_letter_error": None,
+        "outcome_pending": True,
+    }
+    assert letter["error"] == timeout
+    [dead] = [e for e in recorder.events if e["type"] == "dead_lettered"]
+    assert (dead["scheduled_time"], dead["attempt"], dead["error"]) == (scheduled_time, 2, timeout)
+    assert [a for run_, _, a in recorder.outcomes if run_["scheduled_time"] == scheduled_time] == [
+        1,
+        2,
+    ]
+    assert recorder.accepted == []

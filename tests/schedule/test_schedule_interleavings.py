@@ -16,9 +16,9 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from durability.client import DurabilityClient
+from harness.server import free_port
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import durability_cli, eventually, record_history, schedule_worker
-from tests.support.server import free_port
 from workflows.schedule.models import run_workflow_id
 from workflows.search_attributes import SCHEDULE_STATE_MEMO_KEY
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from tests.schedule.test_schedule_workflow import runs_of
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import eventually, schedule_worker, temporal
+from tests.support.schedule import runs_of
 
 
 async def _start_with_cli(address: str, task_queue: str, object_id: str, overlap: str) -> None:

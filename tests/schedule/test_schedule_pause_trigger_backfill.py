@@ -11,7 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from temporalio import workflow
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import (
+    Client,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
@@ -20,6 +25,13 @@ from durability.registry import workflow_runner
 from tests.support.cold_worker import assert_healthy
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import cache_options, durability_cli, eventually, schedule_worker
+from tests.support.schedule import (
+    cancel_and_drain,
+    every_second,
+    live_schedule,
+    no_runs_left,
+    set_schedule,
+)
 from workflows import SANDBOXED
 from workflows.kernel import NO_INPUT
 from workflows.schedule import SCHEDULE_WORKFLOW_TYPE
@@ -37,6 +49,8 @@ from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
 
 pytestmark = pytest.mark.cacheless
+
+YEARLY = "0 0 1 1 *"
 
 
 def every(expression: str, after_ms: int) -> int | None:
@@ -156,8 +170,7 @@ async def test_pause_trigger_backfill_through_the_cli_reach_the_run_activity(
             (await durability_cli(dev_server_address, *cli, "schedule", "get", object_id)).stdout
         )
         # Versions untouched by pause; the next tick is the first hour after the unpause.
-        # (That unpause skips the ticks missed while paused is tested on `@every 1s` in
-        # tests/schedule/test_schedule_paths.py.)
+        # (That unpause skips the ticks missed while paused is tested on `@every 1s` below.)
         assert view["version"] == 1
         assert view["next_at"] in {
             (before_unpause // hour + 1) * hour,
@@ -283,3 +296,83 @@ async def _dropped(handle: WorkflowHandle[Any, Any], count: int) -> bool:
 
 async def _note_is(handle: WorkflowHandle[Any, Any], note: str) -> bool:
     return bool(await handle.query("pause_note") == note)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def first_tick_after(moment_ms: int, step_ms: int = 1000) -> int:
+    """The first tick of `@every <step>` strictly after `moment_ms` (ticks at multiples)."""
+    return (moment_ms // step_ms + 1) * step_ms
+
+
+async def test_pause_stops_ticks_and_unpause_skips_the_ticks_missed_while_paused(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = ScheduleFake()
+    async with live_schedule(client, task_queue, unique, recorder, every_second()) as handle:
+        await eventually(lambda: recorder.started, timeout=20)
+        assert await handle.query("paused") is False
+        assert await handle.execute_update("pause", {}, result_type=bool) is True
+        assert await handle.execute_update("pause", {}, result_type=bool) is False
+        assert await handle.query("paused") is True
+        kept = (await handle.query("get"))["next_at"]  # `get` keeps the next tick
+
+        # Paused while two more ticks come due.
+        await eventually(lambda: now_ms() > kept + 2000, timeout=10, interval=0.05)
+        assert (await handle.query("get"))["next_at"] == kept
+        assert not [r for r in recorder.started if r["scheduled_time"] >= kept]
+
+        before = now_ms()
+        assert await handle.execute_update("unpause", {}, result_type=bool) is True
+        after = now_ms()
+        assert await handle.execute_update("unpause", {}, result_type=bool) is False
+        assert await handle.query("paused") is False
+        upcoming = (await handle.query("get"))["next_at"]
+        # Recomputed from the unpause, not the tick kept from before the pause.
+        assert first_tick_after(before) <= upcoming <= first_tick_after(after)
+        assert upcoming >= kept + 3000
+
+        await eventually(
+            lambda: any(r["scheduled_time"] >= kept for r in recorder.started), timeout=20
+        )
+        await cancel_and_drain(handle, timeout=20)
+    resumed = sorted(r["scheduled_time"] for r in recorder.started if r["scheduled_time"] >= kept)
+    assert resumed[0] == upcoming  # the missed ticks were skipped, not collapsed into a run
+    due = {e["scheduled_time"] for e in recorder.events if e["type"] in ("due", "skipped")}
+    assert not {t for t in due if kept <= t < upcoming}
+
+
+async def test_trigger_runs_while_paused_and_is_refused_before_anything_is_recorded(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """The trigger validator: with no live schedule (never set, or cancelled) a trigger is
+    refused and leaves no trace in the history; while paused it runs (docs/schedules.md)."""
+    recorder = ScheduleFake()
+    async with live_schedule(client, task_queue, unique, recorder) as handle:
+        refused: list[pytest.ExceptionInfo[WorkflowUpdateFailedError]] = []
+        with pytest.raises(WorkflowUpdateFailedError) as never_set:
+            await handle.execute_update("trigger", {})
+        refused.append(never_set)
+        await set_schedule(handle, expression=YEARLY, version=1, params={"p": 1})
+        await handle.execute_update("pause", {})
+        triggered = await handle.execute_update("trigger", {}, result_type=int)
+        await eventually(no_runs_left(handle), timeout=20)
+        await handle.execute_update("cancel", {})
+        with pytest.raises(WorkflowUpdateFailedError) as cancelled:
+            await handle.execute_update("trigger", {})
+        refused.append(cancelled)
+        history = await handle.fetch_history()
+        await handle.terminate("test done")
+    for rejected in refused:
+        cause = rejected.value.cause
+        assert isinstance(cause, ApplicationError)
+        assert (cause.type, cause.non_retryable) == ("NoLiveSchedule", True)
+    assert [(r["scheduled_time"], r["params"]) for r in recorder.started] == [(triggered, {"p": 1})]
+    accepted = [
+        e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    ]
+    assert accepted == ["set", "pause", "trigger", "cancel"]  # no trace of the refused ones

@@ -11,9 +11,8 @@ from typing import Any
 from temporalio.client import Client
 
 from durability.client import preview_schedule
-from tests.platform.test_cli_truth import assert_no_workflow, one_line_error
-from tests.schedule.test_cron_classic import model_next
-from tests.support.helpers import durability_cli, running_worker
+from tests.support.cron_model import model_next
+from tests.support.helpers import assert_no_workflow, durability_cli, one_line_error, running_worker
 
 
 def iso(epoch_ms: int) -> str:

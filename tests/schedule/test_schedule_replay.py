@@ -10,13 +10,13 @@ replaying with a patch, and records its own next to them with
   runs queue and the one that takes the last slot reports its end by signal; pause, unpause,
   trigger, backfill; outcomes dead-lettered, one redelivered.
 - `schedule_parent_0_1_1_close_without_update.json`, recorded by 0.1.1 with
-  `tests/platform/test_updates_racing_close.py`: a run that waited for a task without updates before
+  `tests/product/test_updates_racing_close.py`: a run that waited for a task without updates before
   continuing as new (the patch `close-in-a-task-without-updates`).
 - `schedule_parent_0_1_1_resumed_redelivery.json`, recorded by 0.1.1 with
   `tests/schedule/test_schedule_dead_letters.py`: a run that started again the redelivery its
   predecessor left going (the patch `resume-carried-redeliveries`).
 - `schedule_parent_0_1_1_state_memo.json`, recorded by 0.1.1 with
-  `tests/platform/test_list_state.py`: a schedule set, paused and unpaused, publishing its state
+  `tests/product/test_list_state.py`: a schedule set, paused and unpaused, publishing its state
   memo at each change (the patch `schedule-state-memo`).
 - `schedule_parent_0_1_1_pause_on_failure.json`, recorded by 0.1.1 with
   `tests/schedule/test_schedule_bounds.py`: a schedule started with `pause_on_failure` (the
@@ -26,7 +26,7 @@ replaying with a patch, and records its own next to them with
   `tests/schedule/test_schedule_bulk.py`: a schedule paused, unpaused and cancelled by the
   signals of bulk commands' batch jobs (no new command: no patch).
 - `schedule_run_0_1_1_plugin_timeout.json`, `schedule_run_0_1_1_plugin_complete.json`,
-  recorded by 0.1.1 with `tests/schedule/test_plugin_runs.py`: plugin-hosted runs, one timed
+  recorded by 0.1.1 with `tests/schedule/test_schedule_run_host.py`: plugin-hosted runs, one timed
   out in its worker and one complete (the patch `scheduled-run-0.1.1-paths`: no run timer).
 """
 
@@ -45,10 +45,10 @@ import pytest
 from temporalio.client import Client, WorkflowHistory
 
 from activities.schedule import schedule_activities
+from harness.replay import production_replayer
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import (
     HISTORY_DIR,
-    production_replayer,
     save_history,
     schedule_worker,
     start_dev_server,

@@ -4,15 +4,24 @@ and deliveries going at continue-as-new are carried to the next run (S13)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowHandle,
+)
 
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import eventually, record_history, schedule_worker
+from tests.support.schedule import (
+    every_second,
+    live_schedule,
+    runs_of,
+)
 
 pytestmark = pytest.mark.cacheless
 
@@ -202,3 +211,35 @@ async def test_a_dead_lettered_outcome_delivered_by_the_schedule_can_be_redelive
         await eventually(redelivered, timeout=30)
         assert receiver.accepted_keys == [letter["idempotency_key"]]
         await handle.terminate("test done")
+
+
+async def test_a_run_whose_schedule_was_terminated_ends_as_it_stops(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """A run still running when its schedule is terminated goes on and ends as it stops. Its
+    outcome is the schedule's to deliver, and the schedule is gone: it is not delivered
+    (docs/contract.md 6.3; `durability schedule close` is the clean way to end a schedule).
+    Before 0.1.1 the run delivered it itself."""
+    recorder = ScheduleFake()
+    schedule = every_second(gated_run=True)
+    async with live_schedule(
+        client, task_queue, unique, recorder, schedule, max_concurrent_runs=1
+    ) as handle:
+        await eventually(lambda: recorder.started, timeout=20)
+        first = recorder.started[0]["scheduled_time"]
+        run_id = f"schedule-run:{unique}:{first}"
+
+        async def queued() -> bool:
+            return any(r["state"] == "queued" for r in await runs_of(handle))
+
+        await eventually(queued, timeout=20)
+        await handle.terminate("gone")
+        recorder.run_gate.set()
+        result = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), timeout=20)
+    assert result == {
+        "outcome": {"status": "complete", "error": None},
+        "delivered": None,  # the schedule's to deliver: not the run's to claim
+        "dead_letter_error": None,
+        "outcome_pending": True,
+    }
+    assert first in recorder.finished and recorder.accepted == []

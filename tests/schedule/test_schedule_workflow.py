@@ -3,11 +3,10 @@ FIFO queue, timeouts, outcome retries, dead letters, continue-as-new and bad inp
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
@@ -22,59 +22,19 @@ from temporalio.exceptions import ApplicationError
 
 from tests.support.fakes import ScheduleFake
 from tests.support.helpers import eventually, schedule_worker, temporal
+from tests.support.schedule import (
+    cancel_and_drain,
+    every_second,
+    live_schedule,
+    no_runs_left,
+    runs_of,
+    set_schedule,
+)
 from workflows import search_attributes
 
 pytestmark = pytest.mark.cacheless
 
-
-async def start_schedule(
-    client: Client, task_queue: str, object_id: str, **settings: Any
-) -> WorkflowHandle[Any, Any]:
-    return await client.start_workflow(
-        "DurabilitySchedule",
-        {"lifecycle_activity": "lifecycle", **settings},
-        id=f"schedule:{object_id}",
-        task_queue=task_queue,
-    )
-
-
-async def set_schedule(handle: WorkflowHandle[Any, Any], **payload: Any) -> bool:
-    return bool(await handle.execute_update("set", payload, result_type=bool))
-
-
-def every_second(**params: Any) -> dict[str, Any]:
-    """The `set` payload `@every 1s`, version 1, with `params` (none: the workflow's default)."""
-    return {"expression": "@every 1s", "version": 1, **({"params": params} if params else {})}
-
-
-@asynccontextmanager
-async def live_schedule(
-    client: Client,
-    task_queue: str,
-    object_id: str,
-    recorder: ScheduleFake,
-    schedule: Mapping[str, Any] | None = None,
-    **settings: Any,
-) -> AsyncIterator[WorkflowHandle[Any, Any]]:
-    """The recorder's worker, with the schedule of `object_id` started (`settings`: its start
-    input besides the lifecycle activity) and, given `schedule`, set to it (the first set of
-    a fresh schedule is applied)."""
-    async with schedule_worker(client, task_queue, recorder.activities()):
-        handle = await start_schedule(client, task_queue, object_id, **settings)
-        if schedule is not None:
-            assert await set_schedule(handle, **schedule)
-        yield handle
-
-
-async def runs_of(handle: WorkflowHandle[Any, Any]) -> list[dict[str, Any]]:
-    runs: list[dict[str, Any]] = await handle.query("runs")
-    return runs
-
-
-async def cancel_and_drain(handle: WorkflowHandle[Any, Any], timeout: float = 30) -> None:
-    """Cancel the schedule, then wait until every run it recorded has reported."""
-    await handle.execute_update("cancel", {})
-    await eventually(_no_runs_left(handle), timeout=timeout)
+YEARLY = "0 0 1 1 *"
 
 
 async def test_runs_fire_on_time_and_their_outcomes_reach_the_outcome_activity(
@@ -152,17 +112,10 @@ async def test_cancel_stops_ticks_while_the_in_flight_run_still_reports(
         # a set of the cancelled version stays cancelled (tombstone, S5)
         assert not await set_schedule(handle, expression="@every 1s", version=1)
 
-        await eventually(_no_runs_left(handle), timeout=20)
+        await eventually(no_runs_left(handle), timeout=20)
         delivered = {run["scheduled_time"] for run, _, _ in recorder.delivered()}
         assert recorded and delivered == recorded
         assert {r["scheduled_time"] for r in recorder.started} == recorded
-
-
-def _no_runs_left(handle: WorkflowHandle[Any, Any]) -> Any:
-    async def check() -> bool:
-        return not await runs_of(handle)
-
-    return check
 
 
 async def test_one_slot_queues_runs_and_starts_them_in_scheduled_time_order(
@@ -205,7 +158,7 @@ async def test_a_run_past_its_timeout_is_cancelled_and_errored_as_timeout(
         await eventually(
             lambda: [o for o in recorder.delivered() if o[0]["scheduled_time"] == first]
         )
-        await eventually(_no_runs_left(handle), timeout=30)
+        await eventually(no_runs_left(handle), timeout=30)
 
     _, outcome, _ = next(o for o in recorder.delivered() if o[0]["scheduled_time"] == first)
     assert outcome["status"] == "errored"
@@ -220,7 +173,7 @@ async def test_a_run_whose_worker_stops_heartbeating_is_interrupted_not_rerun(
     recorder = ScheduleFake()
     schedule = every_second(sleep_ms=3000, no_heartbeat=True)
     # Hosted externally: a plugin-hosted run's worker heartbeats for it while it lives (a
-    # plugin-hosted run whose worker is killed: tests/schedule/test_plugin_runs.py).
+    # plugin-hosted run whose worker is killed: tests/schedule/test_schedule_run_host.py).
     settings = {"run_heartbeat_timeout_ms": 1000, "run_host": "external"}
     async with live_schedule(client, task_queue, unique, recorder, schedule, **settings) as handle:
         await eventually(lambda: recorder.started)
@@ -308,7 +261,7 @@ async def test_continue_as_new_keeps_in_flight_runs_and_duplicates_nothing(
         await eventually(lambda: len(recorder.delivered()) >= 4, timeout=60)
         await client.get_workflow_handle(handle.id).execute_update("cancel", {})
         current = client.get_workflow_handle(handle.id)
-        await eventually(_no_runs_left(current), timeout=60)
+        await eventually(no_runs_left(current), timeout=60)
         assert (await current.describe()).run_id != first_run_id
         assert await current.query("get") is None
 
@@ -558,12 +511,12 @@ async def test_a_backfilled_time_that_already_ran_is_refused_by_its_child_id(
         await eventually(lambda: recorder.delivered(), timeout=20)
         ran = recorder.delivered()[0][0]["scheduled_time"]
         await handle.execute_update("pause", {})  # no more ticks; the schedule stays live
-        await eventually(_no_runs_left(handle), timeout=20)
+        await eventually(no_runs_left(handle), timeout=20)
         recorded = await handle.execute_update(
             "backfill", {"start_at": ran, "end_at": ran + 1}, result_type=list[int]
         )
         assert recorded == [ran]  # recorded again: the state forgot the acknowledged run...
-        await eventually(_no_runs_left(handle), timeout=20)
+        await eventually(no_runs_left(handle), timeout=20)
     # ...and its child workflow ID refused to start it a second time (S6).
     assert [r["scheduled_time"] for r in recorder.started].count(ran) == 1
     assert [run["scheduled_time"] for run, _, _ in recorder.outcomes].count(ran) == 1
@@ -591,12 +544,12 @@ async def test_a_time_that_ran_is_refused_after_continue_as_new_and_a_new_versio
         current = client.get_workflow_handle(handle.id)
         await current.execute_update("pause", {})  # no more ticks; the schedule stays live
         assert await set_schedule(current, expression="@every 1s", version=2, params={"v": 2})
-        await eventually(_no_runs_left(current), timeout=20)
+        await eventually(no_runs_left(current), timeout=20)
         recorded = await current.execute_update(
             "backfill", {"start_at": ran, "end_at": ran + 1}, result_type=list[int]
         )
         assert recorded == [ran]  # the state does not know it ran...
-        await eventually(_no_runs_left(current), timeout=20)
+        await eventually(no_runs_left(current), timeout=20)
         await current.terminate("test done")
     # ...its child workflow ID refused to start it a second time (S6).
     assert [r["scheduled_time"] for r in recorder.started].count(ran) == 1
@@ -632,7 +585,7 @@ async def test_trigger_rejections_are_typed_and_not_retryable(
         await handle.execute_update("trigger", {})  # takes the only slot for 3 s
         with pytest.raises(WorkflowUpdateFailedError) as no_room:
             await handle.execute_update("trigger", {})
-        await eventually(_no_runs_left(handle), timeout=30)
+        await eventually(no_runs_left(handle), timeout=30)
     for rejected, kind, text in (
         (no_schedule, "NoLiveSchedule", "trigger needs a live schedule"),
         (no_room, "NoRoomForRuns", "max_queued_runs=0"),
@@ -642,3 +595,104 @@ async def test_trigger_rejections_are_typed_and_not_retryable(
         assert (cause.type, cause.non_retryable) == (kind, True)
         assert text in cause.message
     assert len(recorder.started) == 1
+
+
+async def event_kinds(client: Client, workflow_id: str) -> list[EventType.ValueType]:
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return [event.event_type for event in history.events]
+
+
+async def test_an_invalid_start_input_fails_the_schedule_once_naming_the_field(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = ScheduleFake()
+    async with schedule_worker(client, task_queue, recorder.activities()):
+        handle = await client.start_workflow(
+            "DurabilitySchedule",
+            {
+                "max_concurrent_runs": 0,
+                "outcome_retries": {"max_attempts": 0},
+                "overlap": "sometimes",
+            },
+            id=f"schedule:{unique}",
+            task_queue=task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await asyncio.wait_for(handle.result(), timeout=20)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert (cause.type, cause.non_retryable) == ("InvalidStartInput", True)
+    for named in ("max_concurrent_runs", "max_attempts", "overlap", "sometimes"):
+        assert named in cause.message, (named, cause.message)
+    kinds = await event_kinds(client, handle.id)
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds  # failed once, not retried
+    assert kinds[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED
+
+
+async def next_tick_at(handle: WorkflowHandle[Any, Any]) -> int | None:
+    """The published `DurabilityNextTickAt`, in epoch ms."""
+    described = await handle.describe()
+    value = described.typed_search_attributes.get(search_attributes.NEXT_TICK_AT)
+    return None if value is None else int(value.timestamp() * 1000)
+
+
+async def _published(handle: WorkflowHandle[Any, Any], expected: int | None) -> bool:
+    return await next_tick_at(handle) == expected
+
+
+async def test_next_tick_at_is_refreshed_when_the_tick_moves_earlier_or_over_a_minute_later(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """docs/schedules.md: `DurabilityNextTickAt` is never later than the real next tick and at
+    most a minute earlier; it is not upserted on every tick."""
+    recorder = ScheduleFake()
+    schedule = {"expression": YEARLY, "version": 1}
+    async with live_schedule(client, task_queue, unique, recorder, schedule) as handle:
+        new_year = (await handle.query("get"))["next_at"]
+        await eventually(lambda: _published(handle, new_year))
+
+        # Earlier: refreshed at once.
+        assert await set_schedule(handle, expression="@every 1s", version=2)
+        every_second = (await handle.query("get"))["next_at"]
+        assert every_second < new_year
+        await eventually(lambda: _published(handle, every_second))
+
+        # Later by a second per tick: left alone (never later than the real next tick).
+        await eventually(lambda: len(recorder.started) >= 3, timeout=20)
+        real = (await handle.query("get"))["next_at"]
+        assert real >= every_second + 3000
+        assert await next_tick_at(handle) == every_second
+
+        # Later by more than a minute: refreshed.
+        assert await set_schedule(handle, expression=YEARLY, version=3)
+        await eventually(lambda: _published(handle, new_year))
+
+        # Nothing to tick: unset.
+        await handle.execute_update("cancel", {})
+        await eventually(lambda: _published(handle, None))
+        await eventually(no_runs_left(handle), timeout=20)
+
+
+async def _dropped(handle: WorkflowHandle[Any, Any], count: int) -> bool:
+    return bool(await handle.query("dropped_signals") == count)
+
+
+async def _cancelled(handle: WorkflowHandle[Any, Any]) -> bool:
+    return await handle.query("get") is None
+
+
+async def test_a_bad_cancel_signal_is_dropped_and_counted_and_the_schedule_stays_live(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    recorder = ScheduleFake()
+    schedule = {"expression": YEARLY, "version": 3}
+    async with live_schedule(client, task_queue, unique, recorder, schedule) as handle:
+        await handle.signal("cancel", {"version": "3"})
+        await handle.signal("cancel", {"versoin": 3})
+        await handle.signal("cancel", "now")
+        await eventually(lambda: _dropped(handle, 3), timeout=20)
+        assert (await handle.query("get"))["version"] == 3
+        await handle.signal("cancel", {"version": 3})
+        await eventually(lambda: _cancelled(handle), timeout=20)
+        assert await handle.query("dropped_signals") == 3
+        await handle.terminate("test done")

@@ -1,9 +1,9 @@
-"""The ledger's core under random interleavings (see `ledger_harness`): every invariant of
-`workflows.invariants` after every step. `DURABILITY_SIM_SEED` replays one seed;
+"""The ledger's core under random interleavings (see `harness.ledger_simulation`): every
+invariant of `workflows.invariants` after every step. `DURABILITY_SIM_SEED` replays one seed;
 `DURABILITY_SIM_RUNS` sets how many seeds run (default 1500, in three slices so that
 `pytest -n` spreads them), `DURABILITY_SIM_STEPS` how many steps each takes (default 120).
 The reports that would land once the ledger completed are modelled and are violations
-(`ledger_harness.LATE_REPORTS`; `DURABILITY_SIM_LATE_REPORTS=0` turns that off)."""
+(`harness.ledger_simulation.LATE_REPORTS`; `DURABILITY_SIM_LATE_REPORTS=0` turns that off)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from tests.simulation.ledger_harness import LedgerSim
+from harness.ledger_simulation import LedgerSim
 
 RUNS = int(os.environ.get("DURABILITY_SIM_RUNS", "1500"))
 SEED = os.environ.get("DURABILITY_SIM_SEED")

@@ -1,4 +1,4 @@
-"""The schedule's deterministic simulation (`schedule_harness`): a few thousand seeded
+"""The schedule's deterministic simulation (`harness.schedule_simulation`): a few thousand seeded
 interleavings of what Temporal can do between the shell's transitions, every schedule
 invariant checked after every transition.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from tests.simulation.schedule_harness import simulate
+from harness.schedule_simulation import simulate
 
 RUNS = int(os.environ.get("DURABILITY_SIM_RUNS", "3000"))
 FIRST_SEED = int(os.environ.get("DURABILITY_SIM_FIRST_SEED", "0"))

@@ -25,8 +25,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from durability.registry import all_workflows, workflow_runner
+from harness.replay import production_replayer
 from tests.support.fakes import ScheduleFake
-from tests.support.helpers import eventually, production_replayer, replay_each
+from tests.support.helpers import eventually, replay_each
 
 REPLAY_S = 30
 

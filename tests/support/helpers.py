@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -16,16 +17,21 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
-from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import (
+    Replayer,
+    Worker,
+)
 
 from durability.connect import data_converter
 from durability.devserver import TIMER_SHIFT_ARGS, temporal_cli
 from durability.registry import all_workflows, builtin_activities, workflow_runner
-from tests.support.server import free_port
+from harness.server import free_port
 from workflows import search_attributes
 from workflows.schedule.run import ScheduledRunWorkflow
 from workflows.schedule.workflow import DurabilityScheduleWorkflow
@@ -301,12 +307,42 @@ async def replay_each(
         replay.result()
 
 
-def production_replayer(workflows: Sequence[type]) -> Replayer:
-    """A replayer configured as worker.py's workers are: converter, tracing, sandbox runner."""
-    return Replayer(
-        workflows=workflows,
-        data_converter=data_converter(),
-        # Workers get the tracing interceptor from their client; the replayer has none.
-        interceptors=[TracingInterceptor()],
-        workflow_runner=workflow_runner(),
+async def assert_no_workflow(client: Client, workflow_id: str) -> None:
+    with pytest.raises(RPCError) as missing:
+        await client.get_workflow_handle(workflow_id).describe()
+    assert missing.value.status == RPCStatusCode.NOT_FOUND, workflow_id
+
+
+def one_line_error(stderr: str) -> str:
+    """The CLI's error: one line, no traceback."""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+async def probe(port: int, path: str) -> tuple[int, str]:
+    """(status, body) of GET http://127.0.0.1:<port><path>; (0, why) when nothing answers."""
+    try:
+        async with httpx.AsyncClient(timeout=5) as http:
+            answer = await http.get(f"http://127.0.0.1:{port}{path}")
+    except httpx.HTTPError as error:
+        return 0, repr(error)
+    return answer.status_code, answer.text
+
+
+async def start_worker_process(
+    address: str, task_queue: str, **extra: str
+) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(PROJECT_ROOT / "worker.py"),
+        env=subprocess_env(address, DURABILITY_TASK_QUEUE=task_queue, **extra),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
     )
+
+
+async def stop_worker(process: asyncio.subprocess.Process) -> tuple[int, str]:
+    process.send_signal(signal.SIGTERM)
+    stdout, _ = await asyncio.wait_for(process.communicate(), timeout=30)
+    return process.returncode or 0, stdout.decode()

@@ -1,7 +1,10 @@
-"""Support for the ledger tests: a recording HTTP server on 127.0.0.1 and a ledger worker."""
+"""Support for the ledger tests: a recording HTTP server on 127.0.0.1, a ledger worker, and the
+set-up several ledger tests share (start, enqueue, wait until every operation is resolved or
+blocked, record a history)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -12,12 +15,17 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from activities.ledger import ledger_activities
+from activities.ledger import compile_passthrough, ledger_activities
 from durability.registry import workflow_runner
-from tests.support.helpers import cache_options
+from harness.http import JSON, QuietHandler
+from tests.support.helpers import cache_options, eventually, recording_histories, save_history
+from workflows.ledger import request_workflow_id
+from workflows.ledger.models import LedgerInput, RetryConfig
 from workflows.ledger.request import FrozenRequestWorkflow
 from workflows.ledger.workflow import OperationLedgerWorkflow
 
@@ -130,24 +138,17 @@ class LedgerServer:
 
 
 def _handler(server: LedgerServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def _answer(self, answer: Answer) -> None:
             code, headers, body = answer
             headers = dict(headers)
             delay = float(headers.pop(DELAY_HEADER, 0))
             if delay:
                 time.sleep(delay)
-            data = json.dumps(body).encode() if body is not None else b""
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
+            self.answer(code, body, {**JSON, **headers})
 
         def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            raw = self.request_body()
             key = self.headers.get("Idempotency-Key")
             if self.path.endswith("/complete"):
                 request_id = (json.loads(raw).get("request") or {}).get("id", "")
@@ -168,9 +169,6 @@ def _handler(server: LedgerServer) -> type[BaseHTTPRequestHandler]:
                 self._answer(server.handle("GET", request_id, key, None))
             finally:
                 server.call_ends(kind)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
 
     return Handler
 
@@ -226,7 +224,7 @@ def requests(snap: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {r["id"]: r for r in snap["requests"]}
 
 
-def all_settled(snap: dict[str, Any]) -> bool:
+def all_resolved_or_blocked(snap: dict[str, Any]) -> bool:
     """Every operation resolved or blocked and no request in flight."""
     return all(o["phase"] in ("resolved", "blocked") for o in snap["operations"]) and not any(
         r["phase"] == "in_flight" for r in snap["requests"]
@@ -249,3 +247,122 @@ def intent(
         "payload": {"op": op_id},
         **extra,
     }
+
+
+# Retries fast enough for a test to see several attempts.
+FAST_RETRY = RetryConfig(initial_interval_ms=50, backoff_coefficient=2.0, maximum_interval_ms=200)
+
+
+def http_input(**overrides: Any) -> LedgerInput:
+    """Ledger input using the HTTP activities and fast retries."""
+    values: dict[str, Any] = {
+        "submit_activity": "http_submit",
+        "query_activity": "http_query",
+        "retry": FAST_RETRY,
+    }
+    values.update(overrides)
+    return LedgerInput(**values)
+
+
+async def record_history(
+    client: Client, workflow_id: str, name: str, run_id: str | None = None
+) -> None:
+    """When recording histories, save this run's as `ledger_<name>` for the replay test."""
+    if recording_histories():
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        save_history(f"ledger_{name}", history)
+
+
+async def start_ledger(
+    client: Client, ledger_id: str, task_queue: str, config: LedgerInput
+) -> WorkflowHandle[Any, Any]:
+    """A ledger `ledger:<ledger_id>` started with `config`."""
+    return await client.start_workflow(
+        "OperationLedger", config, id=f"ledger:{ledger_id}", task_queue=task_queue
+    )
+
+
+@asynccontextmanager
+async def live_ledger(
+    client: Client, task_queue: str, ledger_id: str, answer: Responder = applied, **config: Any
+) -> AsyncIterator[tuple[LedgerServer, WorkflowHandle[Any, Any]]]:
+    """A recording HTTP server answering with `answer`, a worker whose HTTP activities call it,
+    and a ledger started with `http_input(**config)`; the server's record outlives the block."""
+    with recording_server(answer) as server:
+        async with ledger_worker(client, task_queue, ledger_activities(server.base_url)):
+            yield server, await start_ledger(client, ledger_id, task_queue, http_input(**config))
+
+
+async def enqueue(handle: WorkflowHandle[Any, Any], *intents: dict[str, Any]) -> dict[str, Any]:
+    """The `enqueue` update with these intents; its answer."""
+    result: dict[str, Any] = await handle.execute_update(
+        "enqueue", {"operations": list(intents)}, result_type=dict
+    )
+    return result
+
+
+async def until_resolved_or_blocked(
+    handle: WorkflowHandle[Any, Any], timeout: float = 30
+) -> dict[str, Any]:
+    """The snapshot once every operation is resolved or blocked."""
+
+    async def check() -> dict[str, Any] | None:
+        snap = await snapshot(handle)
+        return snap if all_resolved_or_blocked(snap) else None
+
+    result: dict[str, Any] = await eventually(check, timeout=timeout)
+    return result
+
+
+async def cancel_requested(
+    client: Client, ledger_id: str, handle: WorkflowHandle[Any, Any]
+) -> None:
+    """Until the request workflow of the ledger's only request has asked to cancel its call."""
+
+    async def asked() -> bool:
+        [request] = (await snapshot(handle))["requests"]
+        child = client.get_workflow_handle(request_workflow_id(ledger_id, request["id"]))
+        events = [e.event_type async for e in child.fetch_history_events()]
+        return EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED in events
+
+    await eventually(asked, timeout=30)
+
+
+async def in_flight_request(handle: WorkflowHandle[Any, Any], op_id: str) -> dict[str, Any]:
+    """The operation's request once it is in flight and sent at least once."""
+
+    async def sent() -> dict[str, Any] | None:
+        snap = await snapshot(handle)
+        request_id = operations(snap)[op_id]["request_id"]
+        request = requests(snap).get(request_id) if request_id else None
+        if request is not None and request["phase"] == "in_flight" and request["attempt"] >= 1:
+            return request
+        return None
+
+    result: dict[str, Any] = await eventually(sent, timeout=30)
+    return result
+
+
+class BlockedCompletion:
+    """Far-side activities whose `submit` and `query` answer `applied` and whose `complete`
+    sets `started` and waits for `release`, without a heartbeat (a cancellation never reaches
+    it): the window in which a ledger stops while a completion is still running."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+        @activity.defn(name="submit")
+        async def submit(request: dict[str, Any]) -> dict[str, Any]:
+            return {"outcome": "applied"}
+
+        @activity.defn(name="query")
+        async def query(request: dict[str, Any]) -> dict[str, Any]:
+            return {"outcome": "applied"}
+
+        @activity.defn(name="complete")
+        async def complete(request: dict[str, Any], status: dict[str, Any]) -> None:
+            self.started.set()
+            await self.release.wait()
+
+        self.activities: list[Callable[..., Any]] = [compile_passthrough, submit, query, complete]
