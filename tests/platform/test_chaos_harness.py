@@ -13,7 +13,8 @@ import pytest
 
 from durability.client import DurabilityClient
 from tests.support.bounds import HarnessTimeout, bounded
-from tests.support.chaos import ChaosConfig, Feeder, GaveUp, ledger_plan, retrying
+from tests.support.chaos import ChaosConfig, Feeder, GaveUp, _settle, ledger_plan, retrying
+from tests.support.fleet import WorkerFleet
 
 _released = asyncio.Event()
 
@@ -71,3 +72,63 @@ async def test_a_ledger_that_never_answers_delays_only_its_own_batches() -> None
     assert sorted(stand_in.enqueued) == sorted(others)
     assert feeder.fed == feeder.total - len(plan[deaf_ledger]) // 5
     assert f"{deaf_ledger} from op-0" in feeder.describe_unfed()
+
+
+class _SlowlyResolving:
+    """Stands in for the DurabilityClient `_settle` observes: one operation of the ledger
+    resolves at each snapshot; no runs, no ScheduledRun left."""
+
+    def __init__(self, operations: int) -> None:
+        self.unresolved = operations
+        self.resolved = 0
+        self.temporal = self
+
+    async def list_runs(self, object_id: str) -> list[Any]:
+        return []
+
+    async def snapshot(self, ledger_id: str) -> dict[str, Any]:
+        if self.unresolved:
+            self.unresolved -= 1
+            self.resolved += 1
+        ops = [{"phase": "resolved"}] * self.resolved + [{"phase": "pending"}] * self.unresolved
+        return {"operations": ops}
+
+    async def list_workflows(self, query: str) -> AsyncIterator[Any]:
+        for _ in ():
+            yield _
+
+
+class _NoFleet:
+    def revive(self) -> list[int]:
+        return []
+
+
+@pytest.mark.timeout(30)
+async def test_settling_lasts_while_it_progresses() -> None:
+    stand_in = _SlowlyResolving(operations=4)
+    config = ChaosConfig(settle_timeout_s=1.5, settle_cap_s=20)
+    timeouts: list[str] = []
+    settled = await _settle(
+        cast(DurabilityClient, stand_in), ["o"], ["l"], config, cast(WorkerFleet, _NoFleet()),
+        print, timeouts,
+    )  # fmt: skip
+    assert stand_in.unresolved == 0 and timeouts == []
+    assert settled.ledgers["l"]["operations"] == [{"phase": "resolved"}] * 4
+
+
+@pytest.mark.timeout(30)
+async def test_settling_that_stops_progressing_is_a_harness_timeout() -> None:
+    stand_in = _SlowlyResolving(operations=4)
+    stand_in.snapshot = _stuck  # type: ignore[method-assign]
+    config = ChaosConfig(settle_timeout_s=1.5, settle_cap_s=20)
+    timeouts: list[str] = []
+    await _settle(
+        cast(DurabilityClient, stand_in), ["o"], ["l"], config, cast(WorkerFleet, _NoFleet()),
+        print, timeouts,
+    )  # fmt: skip
+    assert len(timeouts) == 1 and timeouts[0].startswith("settle: "), timeouts
+    assert "unresolved ops 1" in timeouts[0]
+
+
+async def _stuck(ledger_id: str) -> dict[str, Any]:
+    return {"operations": [{"phase": "pending"}]}
