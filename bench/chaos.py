@@ -78,6 +78,10 @@ def table(report: ChaosReport) -> str:
         ("submits/queries cut by a kill (caller gone)", report.ledger_calls_cut),
         ("updates sent at once after a worker restart", report.updates_after_restarts),
         ("workflow executions checked for failed tasks", report.workflow_executions),
+        (
+            "tasks timed out (worker killed or too slow)",
+            ", ".join(f"{n}: {c}" for n, c in sorted(report.task_timeouts.items())) or "-",
+        ),
     ]
     rows += [(f"violations: {name}", count) for name, count in report.counts().items()]
     width = max(len(name) for name, _ in rows)

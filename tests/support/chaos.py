@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from durability.client import DurabilityClient
@@ -87,6 +87,9 @@ class ChaosReport:
     same_request_overlaps: int = 0
     updates_after_restarts: int = 0
     workflow_executions: int = 0
+    # WORKFLOW_TASK_TIMED_OUT and ACTIVITY_TASK_TIMED_OUT events by timeout type: a worker
+    # killed holding the task, or one too slow to answer in time (a loaded machine).
+    task_timeouts: Counter[str] = field(default_factory=Counter)
     elapsed_s: float = 0.0
     violations: dict[str, list[str]] = field(default_factory=dict)
 
@@ -107,6 +110,7 @@ class ChaosReport:
             f"ledger_calls_cut={self.ledger_calls_cut}",
             f"updates_after_restarts={self.updates_after_restarts}",
             f"executions_checked={self.workflow_executions}",
+            f"task_timeouts={sum(self.task_timeouts.values())}",
         ]
         figures += [f"{name}={count}" for name, count in self.counts().items()]
         return "chaos: " + " ".join(figures)
@@ -519,6 +523,13 @@ async def _failed_workflow_tasks(
                 or []
             )
         for index, event in enumerate(events):
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+                kind = event.workflow_task_timed_out_event_attributes.timeout_type
+                report.task_timeouts[f"workflow task {_timeout_name(kind)}"] += 1
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+                failure = event.activity_task_timed_out_event_attributes.failure
+                kind = failure.timeout_failure_info.timeout_type
+                report.task_timeouts[f"activity {_timeout_name(kind)}"] += 1
             if event.event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
                 continue
             attributes = event.workflow_task_failed_event_attributes
@@ -531,6 +542,10 @@ async def _failed_workflow_tasks(
 
     await asyncio.gather(*(scan(e.id, e.run_id) for e in executions))
     return sorted(failed)
+
+
+def _timeout_name(kind: TimeoutType.ValueType) -> str:
+    return TimeoutType.Name(kind).removeprefix("TIMEOUT_TYPE_").lower().replace("_", "-")
 
 
 def _event_name(event: Any) -> str:
