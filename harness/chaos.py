@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from durability.client import DurabilityClient
 from durability.connect import connect
+from harness.bounds import bounded
 from harness.fleet import FLEET_START_GRACE, WorkerFleet
 from harness.recorder import Recorder
 from harness.server import DevServer
@@ -47,7 +48,13 @@ class ChaosConfig:
     kill_every_s: tuple[float, float] = (3.0, 5.0)
     restart_after_s: tuple[float, float] = (0.3, 1.0)
     server_restart_at: float = 0.5  # fraction of the window
+    # Settling ends when nothing is left, or after this many seconds without progress (fewer
+    # runs, children or operations left), or at `settle_cap_s` (default 3 x this) in all.
     settle_timeout_s: float = 90.0
+    settle_cap_s: float | None = None
+    # How long after the window the harness waits for the last enqueues and pokes: what is
+    # still unanswered then is a `harness_timeouts` finding, never waited out.
+    feed_grace_s: float = 60.0
     run_heartbeat_timeout_ms: int = 2000
     slow_run_rate: float = 0.5  # share of runs the recorder answers after 0.3-1.5 s
     ledger_sleep_s: tuple[float, float] = (0.2, 1.0)  # each submit/query stays in flight
@@ -80,6 +87,9 @@ class ChaosReport:
     same_request_overlaps: int = 0
     updates_after_restarts: int = 0
     workflow_executions: int = 0
+    # WORKFLOW_TASK_TIMED_OUT and ACTIVITY_TASK_TIMED_OUT events by timeout type: a worker
+    # killed holding the task, or one too slow to answer in time (a loaded machine).
+    task_timeouts: Counter[str] = field(default_factory=Counter)
     elapsed_s: float = 0.0
     violations: dict[str, list[str]] = field(default_factory=dict)
 
@@ -100,6 +110,7 @@ class ChaosReport:
             f"ledger_calls_cut={self.ledger_calls_cut}",
             f"updates_after_restarts={self.updates_after_restarts}",
             f"executions_checked={self.workflow_executions}",
+            f"task_timeouts={sum(self.task_timeouts.values())}",
         ]
         figures += [f"{name}={count}" for name, count in self.counts().items()]
         return "chaos: " + " ".join(figures)
@@ -112,6 +123,10 @@ class ChaosReport:
         return "\n".join(lines)
 
 
+class GaveUp(RuntimeError):
+    """A call `retrying` kept retrying until its time was up."""
+
+
 async def retrying(
     call: Callable[[], Awaitable[T]],
     what: str,
@@ -119,19 +134,25 @@ async def retrying(
     attempt_s: float = 60,
     log: Log = _quiet,
 ) -> T:
-    """Retry a client call through server restarts and dead workers."""
+    """Retry a client call through server restarts and dead workers; each attempt is bounded
+    and so is the whole (GaveUp once `timeout` has passed)."""
     deadline = time.monotonic() + timeout
     attempt = 0
     while True:
         attempt += 1
+        left = deadline - time.monotonic()
         try:
-            return await asyncio.wait_for(call(), attempt_s)
+            return await bounded(call(), max(1.0, min(attempt_s, left)), what)
         except Exception as error:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{what} kept failing: {error!r}") from error
+            if time.monotonic() >= deadline:
+                raise GaveUp(f"{what} kept failing for {timeout:.0f}s: {error!r:.300}") from error
             if attempt == 1 or attempt % 10 == 0:
                 log(f"{what}: attempt {attempt} failed ({error!r:.160}); retrying")
             await asyncio.sleep(0.5)
+
+
+async def _listed(temporal: Client, query: str) -> list[Any]:
+    return [execution async for execution in temporal.list_workflows(query)]
 
 
 def ledger_plan(config: ChaosConfig, prefix: str, rng: random.Random) -> dict[str, list[Any]]:
@@ -177,6 +198,9 @@ async def run_chaos(config: ChaosConfig, directory: Path, log: Log = _quiet) -> 
     prefix = f"chaos{uuid.uuid4().hex[:6]}"
     queue = f"{prefix}-tq"
     fleet: WorkerFleet | None = None
+    feeding: asyncio.Task[None] | None = None
+    chaos: asyncio.Task[None] | None = None
+    timeouts: list[str] = []  # what the harness waited for in vain (`harness_timeouts`)
     try:
         await server.start()
         log(f"dev server on {server.address} ({server.db}); recorder on {recorder.base_url}")
@@ -225,41 +249,66 @@ async def run_chaos(config: ChaosConfig, directory: Path, log: Log = _quiet) -> 
             "retry": {"initial_interval_ms": 200, "maximum_interval_ms": 2_000},
         }
         stop_chaos = asyncio.Event()
-        feeding = asyncio.create_task(
-            _feed_ledgers(durability, plan, ledger_options, config.window_s * 0.85, log)
-        )
+        feeder = Feeder(durability, plan, ledger_options, config.window_s * 0.85, log)
+        feeding = asyncio.create_task(feeder.run())
         pokes = Pokes(temporal, object_ids, list(plan), config, rng, log)
         chaos = asyncio.create_task(
             _chaos(config, rng, fleet, server, stop_chaos, log, after_revive=pokes.start)
         )
         await asyncio.sleep(config.window_s)
         stop_chaos.set()
-        await chaos
-        await pokes.finish()
-        report.updates_after_restarts = pokes.sent
-        await feeding
+        window_over = time.monotonic()
+        log(
+            f"window over: {fleet.kills} kills, {server.restarts} server restart(s), "
+            f"{feeder.fed}/{feeder.total} enqueue batches answered, "
+            f"{pokes.unanswered()} poke(s) unanswered"
+        )
+        # Each wait below is bounded: what is not done in time is a finding, not a stall.
+        await _finish(chaos, 120, "the chaos loop's last kill or server restart", timeouts, log)
         fleet.revive()
-        log(f"window over: {fleet.kills} kills, {server.restarts} server restart(s); settling")
+        await _finish(pokes.finish(), 120, "the pokes", timeouts, log)
+        report.updates_after_restarts = pokes.sent
+        if not feeding.done():
+            log(f"waiting up to {config.feed_grace_s:.0f}s for the last enqueues")
+        feed_left = window_over + config.feed_grace_s - time.monotonic()
+        await _finish(feeding, max(1.0, feed_left), "the ledger feed", timeouts, log)
+        if any(feeder.unfed.values()):
+            timeouts.append(f"feed: {feeder.describe_unfed()}")
+        log(f"feed done ({feeder.fed}/{feeder.total} batches); cancelling the schedules")
         await asyncio.gather(
             *(
-                retrying(
-                    lambda object_id=object_id: durability.cancel_schedule(  # type: ignore[misc]
-                        object_id
+                _or_finding(
+                    retrying(
+                        lambda object_id=object_id: durability.cancel_schedule(  # type: ignore[misc]
+                            object_id
+                        ),
+                        f"cancel {object_id}",
+                        log=log,
                     ),
-                    f"cancel {object_id}",
-                    log=log,
+                    timeouts,
                 )
                 for object_id in object_ids
             )
         )
-        settled = await _settle(durability, object_ids, list(plan), config, fleet, log)
-        await _check(report, recorder, temporal, durability, prefix, object_ids, plan, settled)
-        report.violations["updates_refused"] = pokes.refused
-        report.violations["failed_workflow_tasks"] = await _failed_workflow_tasks(temporal, report)
+        log("settling")
+        settled = await _settle(durability, object_ids, list(plan), config, fleet, log, timeouts)
+        log("checking what the recorder and Temporal recorded")
+        await _check(
+            report, recorder, temporal, durability, prefix, object_ids, plan, settled, timeouts
+        )
+        report.violations["updates_refused"] = pokes.refused + feeder.refused
+        log("reading every history for failed workflow tasks")
+        report.violations["failed_workflow_tasks"] = await _failed_workflow_tasks(
+            temporal, report, timeouts
+        )
+        report.violations["harness_timeouts"] = timeouts
         report.kills = fleet.kills
         report.unexpected_worker_exits = fleet.unexpected_exits
         report.server_restarts = server.restarts
     finally:
+        for task in (feeding, chaos):
+            if task is not None and not task.done():
+                task.cancel()
         if fleet is not None:
             await fleet.stop()
         await server.close()
@@ -268,31 +317,89 @@ async def run_chaos(config: ChaosConfig, directory: Path, log: Log = _quiet) -> 
     return report
 
 
-async def _feed_ledgers(
-    durability: DurabilityClient,
-    plan: dict[str, list[Any]],
-    options: dict[str, Any],
-    over_s: float,
-    log: Log,
+async def _finish(
+    call: Awaitable[Any], seconds: float, what: str, findings: list[str], log: Log
 ) -> None:
-    """Enqueue the planned operations in batches of 5, spread over `over_s` seconds."""
-    batches = [
-        (ledger_id, ops[start : start + 5])
-        for ledger_id, ops in plan.items()
-        for start in range(0, len(ops), 5)
-    ]
-    batches.sort(key=lambda batch: int(batch[1][0]["id"].removeprefix("op-")))
-    pause = over_s / max(1, len(batches))
-    for ledger_id, ops in batches:
-        await retrying(
-            lambda ledger_id=ledger_id, ops=ops: durability.enqueue(  # type: ignore[misc]
-                ledger_id, ops, options=options
-            ),
-            f"enqueue into {ledger_id}",
-            timeout=240,
-            log=log,
+    """Wait for `call` at most `seconds`; a timeout or an error is added to `findings`."""
+    try:
+        await bounded(call, seconds, what)
+    except Exception as error:
+        findings.append(f"{what}: {error!r:.300}")
+        log(f"FINDING {what}: {error!r:.300}")
+
+
+async def _or_finding(call: Awaitable[T], findings: list[str]) -> T | None:
+    """`await call`; when it gives up, its reason is added to `findings` (None returned)."""
+    try:
+        return await call
+    except GaveUp as error:
+        findings.append(str(error))
+        return None
+
+
+class Feeder:
+    """Enqueue the planned operations in batches of 5, spread over `over_s` seconds. Each
+    ledger is fed by its own task, in the plan's order (a batch may depend on an earlier one
+    of its ledger), so that one slow ledger delays only its own batches."""
+
+    def __init__(
+        self,
+        durability: DurabilityClient,
+        plan: dict[str, list[Any]],
+        options: dict[str, Any],
+        over_s: float,
+        log: Log,
+    ) -> None:
+        batches = [
+            (ledger_id, ops[start : start + 5])
+            for ledger_id, ops in plan.items()
+            for start in range(0, len(ops), 5)
+        ]
+        batches.sort(key=lambda batch: int(batch[1][0]["id"].removeprefix("op-")))
+        pause = over_s / max(1, len(batches))
+        self._due: dict[str, list[tuple[float, list[Any]]]] = {ledger: [] for ledger in plan}
+        for index, (ledger_id, ops) in enumerate(batches):
+            self._due[ledger_id].append((index * pause, ops))
+        self._durability = durability
+        self._options = options
+        self._log = log
+        self.total = len(batches)
+        self.fed = 0
+        self.unfed: dict[str, list[str]] = {}
+        self.refused: list[str] = []
+
+    async def run(self) -> None:
+        began = time.monotonic()
+        await asyncio.gather(*(self._feed(ledger, began) for ledger in self._due))
+
+    async def _feed(self, ledger_id: str, began: float) -> None:
+        due = self._due[ledger_id]
+        self.unfed[ledger_id] = [op["id"] for _, ops in due for op in ops]
+        for at, ops in due:
+            await asyncio.sleep(max(0.0, began + at - time.monotonic()))
+            try:
+                await retrying(
+                    lambda ops=ops: self._durability.enqueue(  # type: ignore[misc]
+                        ledger_id, ops, options=self._options
+                    ),
+                    f"enqueue {ops[0]['id']}.. into {ledger_id}",
+                    timeout=240,
+                    log=self._log,
+                )
+            except GaveUp as error:
+                self.refused.append(str(error))
+            else:
+                self.fed += 1
+                if self.fed % 20 == 0 or self.fed == self.total:
+                    self._log(f"fed {self.fed}/{self.total} enqueue batches")
+            del self.unfed[ledger_id][: len(ops)]
+
+    def describe_unfed(self) -> str:
+        left = {ledger: ids for ledger, ids in self.unfed.items() if ids}
+        count = sum(len(ids) for ids in left.values())
+        return f"{count} operation(s) not enqueued in time, " + ", ".join(
+            f"{ledger} from {ids[0]}" for ledger, ids in sorted(left.items())
         )
-        await asyncio.sleep(pause)
 
 
 async def _chaos(
@@ -382,36 +489,61 @@ class Pokes:
         except RuntimeError as error:
             self.refused.append(f"{update} {workflow_id}: {error}")
 
+    def unanswered(self) -> int:
+        return sum(1 for task in self._tasks if not task.done())
+
     async def finish(self) -> None:
         await asyncio.gather(*self._tasks)
 
 
-async def _failed_workflow_tasks(temporal: Client, report: ChaosReport) -> list[str]:
-    """Every WORKFLOW_TASK_FAILED event, of any cause, in every execution on the server."""
-    executions = [
-        (execution.id, execution.run_id) async for execution in temporal.list_workflows("")
-    ]
+async def _failed_workflow_tasks(
+    temporal: Client, report: ChaosReport, timeouts: list[str]
+) -> list[str]:
+    """Every WORKFLOW_TASK_FAILED event, of any cause, in every execution on the server (a
+    history that cannot be read is added to `timeouts`)."""
+    executions = await retrying(lambda: _listed(temporal, ""), "list every execution")
     report.workflow_executions = len(executions)
     limit = asyncio.Semaphore(16)
     failed: list[str] = []
 
     async def scan(workflow_id: str, run_id: str) -> None:
-        async with limit:
-            handle = temporal.get_workflow_handle(workflow_id, run_id=run_id)
-            events = [event async for event in handle.fetch_history_events()]
-            for index, event in enumerate(events):
-                if event.event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-                    continue
-                attributes = event.workflow_task_failed_event_attributes
-                # What raced the task: the events recorded right after the failure.
-                after = ", ".join(_event_name(e) for e in events[index + 1 : index + 3])
-                failed.append(
-                    f"{workflow_id} event {event.event_id}: cause {attributes.cause}: "
-                    f"{attributes.failure.message[:200]} (then: {after})"
-                )
+        handle = temporal.get_workflow_handle(workflow_id, run_id=run_id)
 
-    await asyncio.gather(*(scan(workflow_id, run_id) for workflow_id, run_id in executions))
+        async def history() -> list[Any]:
+            return [event async for event in handle.fetch_history_events()]
+
+        async with limit:
+            events = (
+                await _or_finding(
+                    retrying(history, f"history of {workflow_id}", timeout=90, attempt_s=30),
+                    timeouts,
+                )
+                or []
+            )
+        for index, event in enumerate(events):
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+                kind = event.workflow_task_timed_out_event_attributes.timeout_type
+                report.task_timeouts[f"workflow task {_timeout_name(kind)}"] += 1
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+                failure = event.activity_task_timed_out_event_attributes.failure
+                kind = failure.timeout_failure_info.timeout_type
+                report.task_timeouts[f"activity {_timeout_name(kind)}"] += 1
+            if event.event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                continue
+            attributes = event.workflow_task_failed_event_attributes
+            # What raced the task: the events recorded right after the failure.
+            after = ", ".join(_event_name(e) for e in events[index + 1 : index + 3])
+            failed.append(
+                f"{workflow_id} event {event.event_id}: cause {attributes.cause}: "
+                f"{attributes.failure.message[:200]} (then: {after})"
+            )
+
+    await asyncio.gather(*(scan(e.id, e.run_id) for e in executions))
     return sorted(failed)
+
+
+def _timeout_name(kind: TimeoutType.ValueType) -> str:
+    return TimeoutType.Name(kind).removeprefix("TIMEOUT_TYPE_").lower().replace("_", "-")
 
 
 def _event_name(event: Any) -> str:
@@ -435,17 +567,25 @@ async def _settle(
     config: ChaosConfig,
     fleet: WorkerFleet,
     log: Log,
+    timeouts: list[str],
 ) -> Settled:
     """Wait until every run is acknowledged, every ScheduledRun closed and every operation
-    resolved (or the timeout passes: whatever is left is reported)."""
-    deadline = time.monotonic() + config.settle_timeout_s
+    resolved, while that progresses (see `ChaosConfig.settle_timeout_s`); whatever is left
+    then is reported, and the timeout added to `timeouts`."""
+    began = time.monotonic()
+    cap = config.settle_cap_s if config.settle_cap_s is not None else 3 * config.settle_timeout_s
+    deadline = began + config.settle_timeout_s
     state = Settled({}, {}, -1)
+    fewest_left: int | None = None
+    next_log = began + 15
     while True:
         fleet.revive()
         try:
-            state = await _observe(durability, object_ids, ledger_ids)
+            state = await bounded(
+                _observe(durability, object_ids, ledger_ids), 30, "settle observation"
+            )
         except Exception as error:
-            log(f"settle: observation failed: {error!r}")
+            log(f"settle: observation failed: {error!r:.300}")
         unresolved = sum(
             1
             for snap in state.ledgers.values()
@@ -459,11 +599,27 @@ async def _settle(
             and unresolved == 0
         ):
             return state
-        if time.monotonic() > deadline:
+        if state.ledgers:
+            left = sum(state.schedules_with_runs.values()) + state.running_children + unresolved
+            if fewest_left is None or left < fewest_left:
+                fewest_left = left
+                deadline = min(began + cap, time.monotonic() + config.settle_timeout_s)
+        if time.monotonic() >= next_log:
+            next_log = time.monotonic() + 15
             log(
-                f"settle timed out: runs left {state.schedules_with_runs}, "
+                f"settling: runs left {sum(state.schedules_with_runs.values())}, "
                 f"running children {state.running_children}, unresolved ops {unresolved}"
             )
+        if time.monotonic() > deadline:
+            left_over = (
+                f"runs left {sum(state.schedules_with_runs.values())}, "
+                f"running children {state.running_children}, unresolved ops {unresolved}"
+            )
+            timeouts.append(
+                f"settle: {left_over} after {time.monotonic() - began:.0f}s "
+                f"({config.settle_timeout_s:.0f}s without progress, or the cap of {cap:.0f}s)"
+            )
+            log(f"settle timed out: {left_over}")
             return state
         await asyncio.sleep(1.0)
 
@@ -486,29 +642,41 @@ async def _observe(
 
 
 async def _child_results(
-    temporal: Client, prefix: str
-) -> dict[str, tuple[WorkflowExecutionStatus | None, dict[str, Any] | None]]:
-    """Every ScheduledRun of this chaos run: key -> (status, result)."""
+    temporal: Client, prefix: str, timeouts: list[str]
+) -> tuple[dict[str, tuple[WorkflowExecutionStatus | None, dict[str, Any] | None]], set[str]]:
+    """Every ScheduledRun of this chaos run: key -> (status, result), and the keys whose result
+    could not be read (added to `timeouts`, left out of the checks)."""
     found: dict[str, WorkflowExecutionStatus | None] = {}
-    async for execution in temporal.list_workflows("WorkflowType = 'ScheduledRun'"):
+    listed = await retrying(
+        lambda: _listed(temporal, "WorkflowType = 'ScheduledRun'"), "list the ScheduledRuns"
+    )
+    for execution in listed:
         if execution.id.startswith(f"schedule-run:{prefix}-"):
             found[execution.id.removeprefix("schedule-run:")] = execution.status
     limit = asyncio.Semaphore(16)
+    unreadable: set[str] = set()
 
     async def result(key: str) -> dict[str, Any] | None:
         if found[key] != WorkflowExecutionStatus.COMPLETED:
             return None
         async with limit:
-            value: dict[str, Any] = await retrying(
-                lambda: temporal.get_workflow_handle(f"schedule-run:{key}").result(),
-                f"result of {key}",
-                timeout=60,
+            value: dict[str, Any] | None = await _or_finding(
+                retrying(
+                    lambda: temporal.get_workflow_handle(f"schedule-run:{key}").result(),
+                    f"result of {key}",
+                    timeout=60,
+                    attempt_s=30,
+                ),
+                timeouts,
             )
+            if value is None:
+                unreadable.add(key)
             return value
 
     keys = sorted(found)
     values = await asyncio.gather(*(result(key) for key in keys))
-    return {key: (found[key], value) for key, value in zip(keys, values, strict=True)}
+    results = {key: (found[key], value) for key, value in zip(keys, values, strict=True)}
+    return results, unreadable
 
 
 async def _check(
@@ -520,8 +688,10 @@ async def _check(
     object_ids: list[str],
     plan: dict[str, list[Any]],
     settled: Settled,
+    timeouts: list[str],
 ) -> None:
-    """Compare what the HTTP server recorded with what Temporal says each run ended with."""
+    """Compare what the HTTP server recorded with what Temporal says each run ended with (what
+    could not be read is added to `timeouts`)."""
     violations: dict[str, list[str]] = {
         "runs_twice": [],
         "lost_outcomes": [],
@@ -535,7 +705,7 @@ async def _check(
         "ops_unresolved": [],
         "bad_idempotency_keys": [],
     }
-    children = await _child_results(temporal, prefix)
+    children, unreadable = await _child_results(temporal, prefix, timeouts)
     # Runs whose schedule delivers the outcome (`outcome_pending`) are dead-lettered, if at
     # all, in their schedule's `dead_letters`.
     dead_letters: set[str] = set()
@@ -544,8 +714,8 @@ async def _check(
         def letters_of(of: str = object_id) -> Awaitable[list[dict[str, Any]]]:
             return durability.dead_letters(of)
 
-        letters = await retrying(letters_of, f"dead letters of {object_id}")
-        dead_letters.update(str(letter["idempotency_key"]) for letter in letters)
+        letters = await _or_finding(retrying(letters_of, f"dead letters of {object_id}"), timeouts)
+        dead_letters.update(str(letter["idempotency_key"]) for letter in letters or [])
     with recorder.lock:
         runs = {key: list(posts) for key, posts in recorder.runs.items()}
         outcomes = {key: list(posts) for key, posts in recorder.outcomes.items()}
@@ -565,7 +735,7 @@ async def _check(
     for key, posts in runs.items():
         if len(posts) > 1:
             violations["runs_twice"].append(f"{key} ran {len(posts)} times")
-    for key in sorted(set(children) | set(runs)):
+    for key in sorted((set(children) | set(runs)) - unreadable):
         status, result = children.get(key, (None, None))
         delivered = [o for o in outcomes.get(key, []) if o.answered == 200]
         if status is None:

@@ -16,6 +16,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 
 from durability.connect import connect
 from durability.devserver import dev_server_extra_args, temporal_cli
+from harness.bounds import bounded
 
 # Ports this process handed out: a port is released by the probe before its user binds it,
 # so each test process draws from its own range below the kernel's ephemeral ports (where
@@ -104,15 +105,18 @@ class DevServer:
                     f"dev server exited with {self.process.returncode}; see {self.log_path}"
                 )
             try:
-                client = await connect({"TEMPORAL_ADDRESS": self.address})
-                await client.workflow_service.describe_namespace(
-                    DescribeNamespaceRequest(namespace="default")
-                )
+                await bounded(self._describe_default_namespace(), 10, "dev server readiness")
                 return
             except Exception as error:  # not up yet
                 last = error
                 await asyncio.sleep(0.25)
         raise RuntimeError(f"dev server not ready after {timeout}s: {last!r}")
+
+    async def _describe_default_namespace(self) -> None:
+        client = await connect({"TEMPORAL_ADDRESS": self.address})
+        await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace="default")
+        )
 
     async def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
         process = self.process

@@ -18,8 +18,16 @@ from harness.chaos import ChaosConfig, run_chaos
 # Suite size: 8 schedules, 100 operations over 4 ledgers, a 36 s window (~2 min in all).
 # Nine runs in ten answered slowly, so that a kill lands mid-run: at the default half, one CI
 # run had 7 kills and none cut a run.
+# Every wait of the harness is bounded (a timeout is the finding `harness_timeouts`); settling
+# is capped at 120 s so that the whole stays within the test's own timeout.
 SUITE = ChaosConfig(
-    schedules=8, operations=100, ledgers=4, window_s=36.0, slow_run_rate=0.9, seed=6
+    schedules=8,
+    operations=100,
+    ledgers=4,
+    window_s=36.0,
+    slow_run_rate=0.9,
+    settle_cap_s=120.0,
+    seed=6,
 )
 
 
