@@ -46,6 +46,7 @@ from typing import Any
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 from temporalio.converter import decode_typed_search_attributes
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from bench import cost
@@ -333,11 +334,20 @@ class PhaseResult:
 
 
 async def _histories(client: Client, ids: Iterable[str]) -> dict[str, WorkflowHistory]:
+    """The histories of these workflows, leaving out those that do not exist: a child whose
+    start a parent initiated just before the bench terminated it may never have started."""
+
+    async def one(workflow_id: str) -> WorkflowHistory | None:
+        try:
+            return await client.get_workflow_handle(workflow_id).fetch_history()
+        except RPCError as error:
+            if error.status is RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+
     ids = list(ids)
-    fetched = await _gather_bounded(
-        [client.get_workflow_handle(i).fetch_history() for i in ids], limit=8
-    )
-    return dict(zip(ids, fetched, strict=True))
+    fetched = await _gather_bounded([one(i) for i in ids], limit=8)
+    return {i: h for i, h in zip(ids, fetched, strict=True) if h is not None}
 
 
 async def read_phase(
