@@ -95,7 +95,7 @@ TAIL_SHARE = 0.10
 
 @dataclass
 class RunStart:
-    """One run's start as the server stamped it: epoch ms per point (None where the system
+    """One run's start as the server stamped it: epoch ms per point (absent where the system
     has no such point), plus what the parent did in the task that started the child."""
 
     child_id: str
