@@ -56,6 +56,37 @@ SCHEDULE_RULE = (
 )
 
 
+# Billed event type -> the kind of action it is, for per-kind breakdowns.
+KINDS: dict[str, str] = {
+    "WorkflowExecutionStarted": "workflow starts",
+    "StartChildWorkflowExecutionInitiated": "child starts",
+    "TimerStarted": "timers",
+    "ActivityTaskScheduled": "activities",
+    "ActivityTaskStarted": "activities",
+    "WorkflowExecutionSignaled": "signals",
+    "WorkflowExecutionUpdateAccepted": "updates",
+    "UpsertWorkflowSearchAttributes": "upserts",
+    "WorkflowExecutionOptionsUpdated": "options updates",
+    "MarkerRecorded": "local activities",
+}
+
+
+def event_name(event: HistoryEvent) -> str:
+    """The event's type in CamelCase without its prefix (`TimerFired`)."""
+    return _name(event)
+
+
+def event_ms(event: HistoryEvent) -> float:
+    """The server's timestamp of the event, in epoch milliseconds (sub-millisecond kept)."""
+    return event.event_time.ToNanoseconds() / 1e6
+
+
+def between(events: Iterable[HistoryEvent], since_ms: float, until_ms: float) -> list[HistoryEvent]:
+    """The events the server stamped in [since_ms, until_ms): a steady-state slice of a long
+    history (no set-up, no teardown)."""
+    return [e for e in events if since_ms <= event_ms(e) < until_ms]
+
+
 def _name(event: HistoryEvent) -> str:
     raw = EventType.Name(event.event_type)
     parts = raw.removeprefix("EVENT_TYPE_").split("_")
@@ -68,6 +99,13 @@ class Tally:
     actions: float = 0.0
     by_type: Counter[str] = field(default_factory=Counter)
     actions_by_type: Counter[str] = field(default_factory=Counter)
+
+    def by_kind(self) -> Counter[str]:
+        """Actions grouped by kind (timers, child starts, activities, signals, upserts, ...)."""
+        kinds: Counter[str] = Counter()
+        for name, actions in self.actions_by_type.items():
+            kinds[KINDS.get(name, name)] += actions
+        return kinds
 
     def add(self, other: Tally) -> None:
         self.events += other.events

@@ -24,11 +24,13 @@ from workflows import search_attributes
 
 
 @contextlib.asynccontextmanager
-async def dev_server(file_backed: bool) -> AsyncIterator[tuple[WorkflowEnvironment, str]]:
+async def dev_server(
+    file_backed: bool, db_filename: str | None = None
+) -> AsyncIterator[tuple[WorkflowEnvironment, str]]:
     """`temporal server start-dev` on 127.0.0.1 with the lowered timer shift; in memory, or
-    with a database file in a fresh temporary directory."""
+    with a database file: `db_filename`, else one in a fresh temporary directory."""
     with tempfile.TemporaryDirectory(prefix="durability-bench-") as tmp:
-        db = str(Path(tmp) / "bench.db") if file_backed else None
+        db = db_filename or (str(Path(tmp) / "bench.db") if file_backed else None)
         env = await WorkflowEnvironment.start_local(
             dev_server_existing_path=temporal_cli(),
             dev_server_extra_args=TIMER_SHIFT_ARGS,

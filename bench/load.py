@@ -79,8 +79,10 @@ async def run_load(
     objects: int,
     duration_s: float,
     grace_s: float = 3.0,
+    schedule_settings: dict[str, Any] | None = None,
 ) -> LoadResult:
-    """Start `objects` one-second schedules on `side`, measure, tear down."""
+    """Start `objects` one-second schedules on `side`, measure, tear down. `schedule_settings`
+    adds start settings to durability's schedules (e.g. `activity_task_queue`)."""
     tag = f"{side}-{objects}-{uuid.uuid4().hex[:6]}"
     keys = [f"bench-{tag}-{i}" for i in range(objects)]
     start = now_ms()
@@ -98,6 +100,7 @@ async def run_load(
                         # No activity_task_queue: the run activity runs on the schedule's own
                         # queue, on a worker with the plugin's interceptors (bench.env), the
                         # default case (run_host "plugin": no run timer).
+                        **(schedule_settings or {}),
                     },
                     id=f"schedule:{key}",
                     task_queue=task_queue,
