@@ -28,11 +28,25 @@ replaying with a patch, and records its own next to them with
 - `schedule_run_0_1_1_plugin_timeout.json`, `schedule_run_0_1_1_plugin_complete.json`,
   recorded by 0.1.1 with `tests/schedule/test_schedule_run_host.py`: plugin-hosted runs, one timed
   out in its worker and one complete (the patch `scheduled-run-0.1.1-paths`: no run timer).
+- `schedule_run_0_1_1_external_timer.json`, recorded by the build before the patch
+  `run-paths-from-input` (its `tests/schedule/test_schedule_run_host.py`): an external run timed
+  out by its run timer, with the marker of `scheduled-run-0.1.1-paths`. These four, with
+  `run_paths` written into their input, are what a worker of the build before records for a
+  run a current schedule started (`test_a_run_an_older_worker_ran_for_a_current_schedule_replays`).
+- `schedule_run_0_1_1_plugin_timeout_paths_from_input.json`,
+  `schedule_run_0_1_1_plugin_complete_paths_from_input.json`,
+  `schedule_run_0_1_1_external_server_timeout.json`,
+  `schedule_parent_0_1_1_run_paths_from_input.json`,
+  recorded with the patch `run-paths-from-input` by `tests/schedule/test_schedule_run_host.py`:
+  runs started with `run_paths` (no patch marker; the external run timed out by the server,
+  then its stop allowance) and the schedule that started the external one (the marker).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import copy
 import json
 import sys
 import time
@@ -66,6 +80,42 @@ async def test_recorded_history_replays_without_nondeterminism(path: Path) -> No
     replayer = production_replayer([DurabilityScheduleWorkflow, ScheduledRunWorkflow])
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
+
+
+def _with_run_paths(recorded: dict[str, Any]) -> WorkflowHistory:
+    """The recorded run history with `run_paths` set in its start input: what a run a
+    schedule of this build started, run by a worker of the build before (which ignores the
+    field, asks `scheduled-run-0.1.1-paths` and keeps its run timer), records."""
+    history = copy.deepcopy(recorded["history"])
+    started = history["events"][0]["workflowExecutionStartedEventAttributes"]
+    [payload] = started["input"]["payloads"]
+    run_input = json.loads(base64.b64decode(payload["data"]))
+    assert "run_paths" not in run_input
+    run_input["run_paths"] = True
+    payload["data"] = base64.b64encode(json.dumps(run_input).encode()).decode()
+    return WorkflowHistory.from_json(recorded["workflow_id"], history)
+
+
+# Runs recorded by the build before `run-paths-from-input`, which asked the patch.
+RUNS_WITH_PATHS_MARKER = [
+    "schedule_run_0_1_1_ends_when_run_stops.json",
+    "schedule_run_0_1_1_plugin_complete.json",
+    "schedule_run_0_1_1_plugin_timeout.json",
+    "schedule_run_0_1_1_external_timer.json",
+]
+
+
+@pytest.mark.parametrize("name", RUNS_WITH_PATHS_MARKER)
+async def test_a_run_an_older_worker_ran_for_a_current_schedule_replays(name: str) -> None:
+    """A rolling upgrade: a schedule of this build starts a run with `run_paths`, a worker of
+    the build before runs it (marker, run timer on the external path). A worker of this
+    build that replays it takes the paths the marker says, not the field's."""
+    recorded = json.loads((HISTORY_DIR / name).read_text())
+    replayer = production_replayer([ScheduledRunWorkflow])
+    result = await replayer.replay_workflow(
+        _with_run_paths(recorded), raise_on_replay_failure=False
+    )
+    assert result.replay_failure is None, f"{name}: {result.replay_failure}"
 
 
 def test_histories_of_both_workflows_are_committed() -> None:

@@ -38,7 +38,6 @@ from tests.support.schedule import (
     start_schedule,
 )
 from workflows.schedule.models import PLUGIN_RUN_STOP_ALLOWANCE_MS
-from workflows.schedule.patches import RUN_PATHS_PATCH
 
 YEARLY = "@yearly"  # a live schedule that does not tick during a test: runs come by trigger
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
@@ -208,10 +207,13 @@ async def test_a_plugin_hosted_run_past_its_deadline_keeps_its_slot_until_it_rea
     assert result["outcome"]["error"]["name"] == "ScheduledRunTimeoutError", result
     assert "run_timeout_ms=1500" in result["outcome"]["error"]["message"]
     run_handle = client.get_workflow_handle(f"schedule-run:{unique}:{first}")
-    record_history("schedule_run_0_1_1_plugin_timeout", await run_handle.fetch_history())
+    record_history(
+        "schedule_run_0_1_1_plugin_timeout_paths_from_input", await run_handle.fetch_history()
+    )
     events = await run_events(client, unique, first)
     assert TIMER_STARTED not in [e.event_type for e in events]
-    assert RUN_PATHS_PATCH in patch_ids(events)
+    # Its schedule set `run_paths`: the run took the paths without the patch's two events.
+    assert patch_ids(events) == []
     scheduled = run_activity_scheduled(events)
     assert scheduled.activity_id == "run:timeout_ms=1500"
     assert scheduled.heartbeat_timeout.ToTimedelta() == timedelta(seconds=30)
@@ -280,12 +282,14 @@ class HeartbeatingRun:
 
 
 @pytest.mark.cacheless
-async def test_an_external_run_still_times_out_at_run_timeout_ms_with_the_timer(
+async def test_an_external_run_is_timed_out_by_the_server_and_holds_its_slot_to_stop(
     client: Client, dev_server_address: str, task_queue: str, unique: str
 ) -> None:
     """`activity_task_queue` set, so `run_host` is `external`: the run activity runs on a raw
-    temporalio Worker (no plugin, no interceptors), the child keeps its run timer and, at
-    `run_timeout_ms`, cancels the activity (which learns it through its heartbeats)."""
+    temporalio Worker (no plugin, no interceptors). The child sets no run timer: the server
+    times the activity out at `run_timeout_ms` (its schedule-to-close timeout), the handler
+    learns it through its heartbeats and is cancelled, and the run holds its slot for the
+    30 s stop allowance before it ends `ScheduledRunTimeoutError` (S9)."""
     handler = HeartbeatingRun(sleep_s=30)
     activity_queue = f"{task_queue}-external"
     raw = await Client.connect(dev_server_address, data_converter=data_converter())
@@ -305,15 +309,31 @@ async def test_an_external_run_still_times_out_at_run_timeout_ms_with_the_timer(
         handle = client.get_workflow_handle(f"schedule-run:{unique}:{first}")
         # `trigger` records the run; its child starts in a later task of the schedule.
         await eventually(lambda: run_started(client, handle.id), timeout=20)
-        result = await asyncio.wait_for(handle.result(), 30)
+        await eventually(lambda: bool(handler.cancelled), timeout=20)
+        # The server ended the activity; the run still holds its slot while it may stop.
+        assert [r["state"] for r in await durability.list_runs(unique)] == ["running"]
+        result = await asyncio.wait_for(handle.result(), 60)
+        schedule = client.get_workflow_handle(f"schedule:{unique}")
+        record_history("schedule_parent_0_1_1_run_paths_from_input", await schedule.fetch_history())
+        record_history("schedule_run_0_1_1_external_server_timeout", await handle.fetch_history())
     assert result["outcome"]["error"]["name"] == "ScheduledRunTimeoutError", result
+    assert "run_timeout_ms=1500" in result["outcome"]["error"]["message"]
     assert handler.cancelled and 1.3 <= handler.cancelled[0] - handler.started[0] < 3.5
     events = await run_events(client, unique, first)
-    kinds = [e.event_type for e in events]
-    assert TIMER_STARTED in kinds and TIMER_FIRED in kinds
+    assert patch_ids(events) == []
+    timed_out = next(e for e in events if e.event_type == TIMED_OUT)
+    failure = timed_out.activity_task_timed_out_event_attributes.failure
+    assert failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE
+    # The only timer is the stop allowance, set once the server timed the run out.
+    [timer] = [e for e in events if e.event_type == TIMER_STARTED]
+    assert timer.event_id > timed_out.event_id
+    assert timer.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta() == (
+        timedelta(seconds=30)
+    )
     scheduled = run_activity_scheduled(events)
     assert not scheduled.activity_id.startswith("run:timeout_ms=")
-    assert scheduled.start_to_close_timeout.ToTimedelta() == timedelta(seconds=31.5)
+    assert scheduled.schedule_to_close_timeout.ToTimedelta() == timedelta(seconds=1.5)
+    assert scheduled.heartbeat_timeout.ToTimedelta() == timedelta(seconds=1)
 
 
 async def run_started(client: Client, workflow_id: str) -> bool:
@@ -372,7 +392,8 @@ async def test_a_plugin_hosted_run_shorter_than_the_heartbeat_interval_records_n
     assert result["outcome"]["status"] == "complete", result
     if heartbeat_ms is None:
         history = await client.get_workflow_handle(run_id).fetch_history()
-        record_history("schedule_run_0_1_1_plugin_complete", history)
+        record_history("schedule_run_0_1_1_plugin_complete_paths_from_input", history)
+        assert patch_ids(history.events) == []
 
 
 @pytest.mark.cacheless
@@ -417,3 +438,9 @@ async def test_activity_task_queue_sends_every_activity_of_a_schedule_to_that_qu
             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
         }
     assert queues == {activity_queue}
+    # Its run completed: no run timer (the server keeps the timeout), no patch marker.
+    run_history = await client.get_workflow_handle(f"schedule-run:{key}").fetch_history()
+    kinds = [e.event_type for e in run_history.events]
+    assert TIMER_STARTED not in kinds and MARKER not in kinds, kinds
+    scheduled = run_activity_scheduled(list(run_history.events))
+    assert scheduled.schedule_to_close_timeout.ToTimedelta() == timedelta(minutes=15)

@@ -447,6 +447,11 @@ class ScheduledRunInput(BaseModel):
     # carrying the outcome (`ScheduledRunResult.outcome_pending`). Without it (or behind
     # no `RUN_PATHS_PATCH` marker) the run delivers its own outcome.
     deliver_by_schedule: bool = False
+    # Set by a schedule behind `RUN_PATHS_FROM_INPUT_PATCH`: the run takes the current paths
+    # without asking `RUN_PATHS_PATCH` (whose marker and change-version upsert cost each run
+    # two events), and an external run's timeout is kept by the server, not a run timer
+    # (`workflows.schedule.run.run_paths`). A run whose input lacks it asks the patch as before.
+    run_paths: bool = False
 
 
 # Internal signals from a run to its schedule (not part of the wire contract).

@@ -30,6 +30,11 @@ CLASSIC_DAY_RULE_PATCH = "cron-classic-day-rule"
 CRONTAB_READING_PATCH = "cron-crontab-reading"
 # A `set` the set rules refuse is refused by its handler too (`set_rules`).
 SET_RULES_PATCH = "schedule-set-rules"
+# The schedule starts its runs with `run_paths` (`ScheduledRunInput`): a run then records no
+# `RUN_PATHS_PATCH` marker, and an external run's timeout is kept by the server (its run
+# activity's schedule-to-close timeout) instead of a run timer. Asked by the schedule, once
+# per run of its workflow, so that it costs the runs nothing.
+RUN_PATHS_FROM_INPUT_PATCH = "run-paths-from-input"
 
 # --- `ScheduledRun`
 

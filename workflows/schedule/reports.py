@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
         run_workflow_id,
     )
     from workflows.schedule.outcome import errored
-    from workflows.schedule.patches import SCHEDULE_DELIVERS_PATCH
+    from workflows.schedule.patches import RUN_PATHS_FROM_INPUT_PATCH, SCHEDULE_DELIVERS_PATCH
     from workflows.schedule.run import REPORT_BY_SIGNAL, ScheduledRunWorkflow
     from workflows.schedule.status import iso
 
@@ -138,13 +138,15 @@ class RunReports:
         run_object = ScheduledRunObject.of(
             self._object_id, run.scheduled_time, run.due_at, run.params
         )
+        deliver_by_schedule = workflow.patched(SCHEDULE_DELIVERS_PATCH)
         handle = await start_run(
             ScheduledRunInput(
                 run=run_object,
                 schedule_workflow_id=workflow.info().workflow_id,
                 settings=settings,
                 settle_by_signal=report_by_signal,
-                deliver_by_schedule=workflow.patched(SCHEDULE_DELIVERS_PATCH),
+                deliver_by_schedule=deliver_by_schedule,
+                run_paths=deliver_by_schedule and workflow.patched(RUN_PATHS_FROM_INPUT_PATCH),
             )
         )
         if handle is None:  # at most once (S6): this run already exists, and it reports

@@ -21,6 +21,7 @@ The schedule never signals a run that may be completing, except for that rare ha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -78,7 +79,7 @@ class ScheduledRunWorkflow:
 
     def __init__(self) -> None:
         self._report_by_signal = False
-        self._new_paths = False
+        self._paths = RunPaths(current=False, server_timeout=False)
 
     @workflow.signal(name=REPORT_BY_SIGNAL)
     def report_by_signal(self) -> None:
@@ -97,11 +98,7 @@ class ScheduledRunWorkflow:
             former = {INVALID_START_INPUT: "InvalidScheduledRunInput"}
             raise refusal(message, INVALID_START_INPUT, former) from None
         scheduled_time = run_input.run.scheduled_time
-        # Asked once, before the first command: a history without the marker replays the
-        # paths it took.
-        self._new_paths = (
-            run_input.deliver_by_schedule or run_input.settings.hosted_by() is RunHost.PLUGIN
-        ) and workflow.patched(RUN_PATHS_PATCH)
+        self._paths = run_paths(run_input)
         self._lifecycle = Lifecycle(run_input.settings)
         self._emit("started")
         started = now_ms()
@@ -113,7 +110,7 @@ class ScheduledRunWorkflow:
         if outcome.error is None or outcome.error.name != RUN_INTERRUPTED_ERROR:
             finished["duration_ms"] = now_ms() - started
         self._emit("settled", **finished)  # the lifecycle event's wire name
-        if run_input.deliver_by_schedule and self._new_paths:
+        if run_input.deliver_by_schedule and self._paths.current:
             await self._lifecycle.drain()
             # No await between this check and returning (as below): a hand-over that lands
             # while this task completes is seen by the retried task, which then reports by
@@ -155,12 +152,14 @@ class ScheduledRunWorkflow:
 
     async def _execute(self) -> Outcome:
         settings = self._input.settings
-        call = run_call(settings, hosted=self._hosted())
+        hosted = self._hosted()
+        call = run_call(settings, hosted=hosted, server_timeout=self._paths.server_timeout)
         handle = workflow.start_activity(
             settings.run_activity,
             self._input.run,
             task_queue=settings.activity_task_queue,
             activity_id=call.activity_id,
+            schedule_to_close_timeout=call.schedule_to_close,
             start_to_close_timeout=call.start_to_close,
             heartbeat_timeout=call.heartbeat,
             retry_policy=RetryPolicy(maximum_attempts=1),
@@ -169,7 +168,8 @@ class ScheduledRunWorkflow:
         )
         timed_out = cancelled = False
         try:
-            # A plugin-hosted run has no timer: its worker enforces the deadline.
+            # A plugin-hosted run has no timer: its worker enforces the deadline; nor has an
+            # external one of these paths: the server does (its schedule-to-close timeout).
             await workflow.wait_condition(
                 handle.done, timeout=call.timer, timeout_summary="run timeout"
             )
@@ -188,20 +188,26 @@ class ScheduledRunWorkflow:
             await handle
         except (ActivityError, asyncio.CancelledError) as error:
             failure = error
+        timeout = errored(
+            RUN_TIMEOUT_ERROR, f"run exceeded run_timeout_ms={settings.run_timeout_ms}"
+        )
         if timed_out:
-            return errored(
-                RUN_TIMEOUT_ERROR, f"run exceeded run_timeout_ms={settings.run_timeout_ms}"
-            )
+            return timeout
         if cancelled:
             return errored(RUN_INTERRUPTED_ERROR, "the run was cancelled before it finished")
         if failure is None:
             return Outcome(status="complete")
-        return _errored_from(failure, hosted=call.timer is None)
+        # Schedule-to-close; start-to-close too, which the server sets to the same length.
+        server_timed_out = _timed_out(failure)
+        if call.schedule_to_close is not None and server_timed_out:
+            await _stop_allowance()
+            return timeout
+        return _errored_from(failure, hosted=hosted)
 
     def _hosted(self) -> bool:
         """Whether the plugin hosts this run (behind `RUN_PATHS_PATCH`: a history without the
         marker keeps its run timer)."""
-        return self._new_paths and self._input.settings.hosted_by() is RunHost.PLUGIN
+        return self._paths.current and self._input.settings.hosted_by() is RunHost.PLUGIN
 
     async def _signal_schedule(self, signal: str, payload: RunSettled | RunAcknowledged) -> None:
         handle = workflow.get_external_workflow_handle(self._input.schedule_workflow_id)
@@ -213,22 +219,52 @@ class ScheduledRunWorkflow:
 
 
 @dataclass(frozen=True)
+class RunPaths:
+    """The paths a run takes, decided in its first task before any command: `current`, those
+    of `RUN_PATHS_PATCH` (it ends as its run stops when the schedule delivers; a plugin-hosted
+    run has no timer); `server_timeout`, an external run's timeout kept by the server (the
+    activity's schedule-to-close timeout) instead of a run timer."""
+
+    current: bool
+    server_timeout: bool
+
+
+def run_paths(run_input: ScheduledRunInput) -> RunPaths:
+    """The run's paths. A run whose schedule sets `run_paths` takes the current ones and
+    records no patch marker (each costs a run two events). An older worker that ran such a
+    run ignored the field and asked `RUN_PATHS_PATCH`, and kept its run timer: replaying,
+    the run asks the patch to tell the two apart (asked in replay, `patched` sends no command
+    when the history holds no marker). A run started without the field asks the patch as it
+    always did."""
+    if not (run_input.deliver_by_schedule or run_input.settings.hosted_by() is RunHost.PLUGIN):
+        return RunPaths(current=False, server_timeout=False)
+    if not run_input.run_paths:
+        return RunPaths(current=workflow.patched(RUN_PATHS_PATCH), server_timeout=False)
+    older_worker = workflow.unsafe.is_replaying() and workflow.patched(RUN_PATHS_PATCH)
+    return RunPaths(current=True, server_timeout=not older_worker)
+
+
+@dataclass(frozen=True)
 class RunCall:
     """How the child calls the run activity: its ID (None: the SDK's), timeouts, and the run
     timer (None: none)."""
 
     activity_id: str | None
-    start_to_close: timedelta
+    start_to_close: timedelta | None
     heartbeat: timedelta | None
     timer: timedelta | None
+    schedule_to_close: timedelta | None = None
 
 
-def run_call(settings: ScheduleInput, *, hosted: bool) -> RunCall:
+def run_call(settings: ScheduleInput, *, hosted: bool, server_timeout: bool = False) -> RunCall:
     """A plugin-hosted run (`hosted`) carries its timeout in its activity ID for the worker
     that enforces it, heartbeats by default, may run a day past its deadline while it winds
-    down, and gets no timer; any other run keeps its timer and a 30 s grace (S9, S10)."""
+    down, and gets no timer. Any other run is timed out at `run_timeout_ms` from its
+    scheduling (S9, S10): with `server_timeout` by the server (schedule-to-close), else by its
+    run timer, which cancels it with a 30 s grace."""
     timeout = timedelta(milliseconds=settings.run_timeout_ms)
     heartbeat_ms = settings.run_heartbeat_timeout_ms
+    heartbeat = None if heartbeat_ms is None else timedelta(milliseconds=heartbeat_ms)
     if hosted:
         return RunCall(
             activity_id=plugin_run_activity_id(settings.run_timeout_ms),
@@ -236,11 +272,37 @@ def run_call(settings: ScheduleInput, *, hosted: bool) -> RunCall:
             heartbeat=timedelta(milliseconds=heartbeat_ms or PLUGIN_RUN_HEARTBEAT_TIMEOUT_MS),
             timer=None,
         )
+    if server_timeout:
+        return RunCall(
+            activity_id=None,
+            start_to_close=None,
+            heartbeat=heartbeat,
+            timer=None,
+            schedule_to_close=timeout,
+        )
     return RunCall(
         activity_id=None,
         start_to_close=timeout + RUN_CANCEL_GRACE,
-        heartbeat=None if heartbeat_ms is None else timedelta(milliseconds=heartbeat_ms),
+        heartbeat=heartbeat,
         timer=timeout,
+    )
+
+
+async def _stop_allowance() -> None:
+    """After the server timed an external run out: hold its slot for the time its run timer's
+    cancellation gave it to stop (S9). The server ends the activity at once; its handler
+    learns it only at its next heartbeat, and nothing tells the workflow when it stopped."""
+    # Cancelled meanwhile: the run timed out all the same.
+    with contextlib.suppress(asyncio.CancelledError):
+        await workflow.sleep(RUN_CANCEL_GRACE, summary="run stop allowance")
+
+
+def _timed_out(failure: BaseException) -> bool:
+    """Whether the server timed the activity out at its deadline (not its heartbeat)."""
+    cause = failure.cause if isinstance(failure, ActivityError) else failure
+    return isinstance(cause, TemporalTimeoutError) and cause.type in (
+        TimeoutType.SCHEDULE_TO_CLOSE,
+        TimeoutType.START_TO_CLOSE,
     )
 
 
