@@ -61,10 +61,24 @@ def plan_grants(state: LedgerState, config: LedgerConfig, now_ms: int) -> list[s
     seed's `deferredRetries`). Nothing while held or stopped (L12)."""
     if state.stopped or state.holds:
         return []
+    return _within_slots(state, config, _waiting(state), due_by=now_ms)
+
+
+def _within_slots(
+    state: LedgerState,
+    config: LedgerConfig,
+    candidates: list[RequestRecord],
+    due_by: int | None = None,
+) -> list[str]:
+    """The IDs of `candidates`, in order, that concurrency and lanes admit, counting only
+    attempts in progress (L4): one a lane refuses is passed over and the next may go. With
+    `due_by`, the first candidate whose retry is due later ends the list."""
     total, by_type = in_flight(state)
     chosen: list[str] = []
-    for request in _waiting(state):
-        if (request.retry_at or 0) > now_ms or total >= config.concurrency:
+    for request in candidates:
+        if due_by is not None and (request.retry_at or 0) > due_by:
+            break
+        if total >= config.concurrency:
             break
         if not fits(config, total, by_type, request.operation_type):
             continue
@@ -400,17 +414,9 @@ def plan_launches(state: LedgerState, config: LedgerConfig) -> list[str]:
     concurrency and lanes. Their canvases are already theirs."""
     if state.stopped or state.holds:
         return []
-    total, by_type = in_flight(state)
     waiting = [r for r in state.requests.values() if r.phase == "frozen"]
     waiting.sort(key=lambda r: min(state.operations[o].sequence for o in r.operation_ids))
-    chosen: list[str] = []
-    for request in waiting:
-        if not fits(config, total, by_type, request.operation_type):
-            continue
-        chosen.append(request.id)
-        by_type[request.operation_type] += 1
-        total += 1
-    return chosen
+    return _within_slots(state, config, waiting)
 
 
 def mark_launched(state: LedgerState, request_id: str) -> RequestRecord:
