@@ -119,7 +119,7 @@ async def test_compile_outcomes_and_where_the_local_compile_is_recorded(
     starts = [
         e for e in events if e.HasField("start_child_workflow_execution_initiated_event_attributes")
     ]
-    assert len(starts) == 3
+    assert len(starts) == 4  # fine, flaky, broken (retried), after
     for start in starts:
         initiated = start.start_child_workflow_execution_initiated_event_attributes
         request_id = initiated.workflow_id.rsplit(":", 1)[-1]
