@@ -21,6 +21,7 @@ from workflows.ledger.models import (
 from workflows.ledger.records import (
     INTERPRETER_UNAVAILABLE,
     INVALID_COMPILE_RESULT,
+    MAX_ERROR_LENGTH,
     MISSING_PARTICIPANTS,
     NEVER_LAUNCHED,
     PARTICIPANT_MISMATCH,
@@ -42,6 +43,8 @@ from workflows.validation import InvalidRequest as InvalidRequest
 BODY_SLACK_BYTES = 4096
 # A compile result whose `operation_id` / `request_id` names another operation or request.
 COMPILE_RESULT_MISMATCH = "compile_result_mismatch"
+# The prefix of the blocker of a compile that failed transiently for its whole retry window.
+COMPILE_UNAVAILABLE = "compile_unavailable"
 # Keys a compile activity may return to name what it compiled; checked, not frozen.
 COMPILE_ECHO_KEYS = frozenset({"operation_id", "request_id"})
 
@@ -182,8 +185,18 @@ def abandon_dispatch(state: LedgerState, op_id: str) -> None:
     record.request_id = None
 
 
+def compile_blocker(message: str, transient: bool = False) -> str:
+    """The blocker of a failed compile: its error's message (L6), or, when the compile failed
+    transiently (timeouts, retryable errors) for its whole retry window,
+    `compile_unavailable: <message>`: infrastructure, not the operation's fault."""
+    if transient:
+        return f"{COMPILE_UNAVAILABLE}: {message}"[:MAX_ERROR_LENGTH]
+    return message or "compile_failed"
+
+
 def block_compile(state: LedgerState, op_id: str, message: str) -> None:
-    """A compile error blocks the operation with the error's message (L6)."""
+    """A compile error blocks the operation with the error's message (L6); so does a
+    transient failure that outlasted its retries, with `compile_blocker`'s message."""
     request_id = state.compiling.pop(op_id, None)
     if request_id is None:
         return
