@@ -17,8 +17,8 @@
   as is (the ledger blocks the request). Transport errors, 408, 425, 429 and 5xx raise a
   retryable `CompletionWebhookError` (Temporal retries it, as the compile is retried); any
   other answer (another 4xx, a 3xx, a 2xx body that is not JSON or a malformed `blocked`)
-  raises it non-retryable. Either way, a failure that Temporal gives up on blocks the request
-  (`completion_failed: ...`).
+  raises it non-retryable: the request blocks at once (`completion_failed: ...`); a retryable
+  one still failing after its 30-minute retry window blocks it as `completion_unavailable: ...`.
 
 Write your own in any Temporal SDK: `compile(intent, request_id) -> compiled` and
 `submit(frozen_request) -> status` / `query(frozen_request) -> status`, and optionally

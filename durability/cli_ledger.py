@@ -197,7 +197,7 @@ def show_snapshot(result: Any, args: argparse.Namespace) -> str:
     parts.append(table(("ledger", "value"), _ledger_rows(result)))
     counters = result.get("counters")
     if counters:
-        parts.append(counters_table(counters, "counters since 0.1.1"))
+        parts.append(counters_table(counters, "counters"))
     return "\n\n".join(parts)
 
 

@@ -271,7 +271,7 @@ def show_describe(result: Any, args: argparse.Namespace) -> str:
         parts.append(table(("next fire time",), [(iso(t),) for t in upcoming]))
     else:
         parts.append("no upcoming fire time")
-    parts.append(counters_table(result.get("counters") or {}, "counters since 0.1.1"))
+    parts.append(counters_table(result.get("counters") or {}, "counters"))
     dropped = result.get("dropped_signals")
     if dropped is not None:
         parts.append(

@@ -357,7 +357,7 @@ class ScheduleClient(ClientCore):
     ) -> dict[str, Any]:
         """The `describe` query: the live schedule (as `get`, or None), `paused`, the last
         `runs` runs that ended (newest first, 0..10, default 10), the next `next_times` fire
-        times (0..50, default 10), the counters since 0.1.1 and `dropped_signals` (signals
+        times (0..50, default 10), the counters and `dropped_signals` (signals
         the schedule refused and dropped)."""
         workflow_id = schedule_workflow_id(object_id)
         sizes = {

@@ -3,8 +3,10 @@
 `LedgerSim` drives `workflows.ledger.core` through the transitions the shell makes
 (`workflows/ledger/workflow.py`, `request.py`) and, between them, anything Temporal may
 deliver: every message (valid or not, as update or signal) at any point; compiles that
-succeed, fail or answer an unsupported protocol; submits, queries and completions that answer
-each status, fail, or are cancelled while running (with `TRY_CANCEL` the call keeps running
+succeed, fail (refused, or transiently: retried, or for their whole retry window) or answer an
+unsupported protocol; submits, queries and completions that answer each status, fail
+(refused, or transiently: retried, or for their whole retry window), or are cancelled while
+running (with `TRY_CANCEL` the call keeps running
 at the far side; with `WAIT_CANCELLATION_COMPLETED` the loop ends only after it); reports
 delivered late, after a relaunch or after continue-as-new; continue-as-new and worker
 restarts (the state carried as JSON). Every step is chosen by `random.Random(seed)`, and
@@ -409,10 +411,17 @@ class LedgerSim:
     def compile_done(self) -> None:
         op_id = self.rng.choice(sorted(self.compiles))
         request_id = self.compiles.pop(op_id)
-        outcome = self.rng.choice(["ok", "ok", "ok", "error", "mismatch", "v2", "v3"])
+        outcome = self.rng.choice(
+            ["ok", "ok", "ok", "error", "mismatch", "v2", "v3", "retried", "unavailable"]
+        )
         self.trace.append(f"compile {op_id}: {outcome}")
-        if outcome == "error":
-            core.block_compile(self.state, op_id, "compile exploded")
+        if outcome == "retried":  # a transient failure: Temporal retries it, the core waits
+            self.compiles[op_id] = request_id
+            return
+        if outcome in ("error", "unavailable"):
+            transient = outcome == "unavailable"
+            blocker = core.compile_blocker("compile exploded", transient=transient)
+            core.block_compile(self.state, op_id, blocker)
             return
         intent = self.state.operations[op_id].intent
         compiled: dict[str, Any] = {
@@ -478,10 +487,15 @@ class LedgerSim:
         loop = self.rng.choice([x for x in self.loops.values() if x.stage in BUSY])
         if loop.stage == "complete":
             assert loop.step is not None
-            answer = self.rng.choice([None, None, {"blocked": True}])
+            answer = self.rng.choice([None, None, {"blocked": True}, "retried", "refused", "gone"])
             self.trace.append(f"complete {loop.request_id}: {answer}")
+            if answer == "retried":  # a transient failure: Temporal retries it, the loop waits
+                return
             step = loop.step
-            if answer is not None:
+            if answer in ("refused", "gone"):  # non-retryable, or transient for its window
+                reason = core.completion_failure("boom", transient=answer == "gone")
+                step = core.completion_blocked(step, reason)
+            elif answer is not None:
                 step = core.completion_blocked(step, core.completion_blocker(answer) or "")
             if loop.cancel_requested:  # it ran to its end: the answer is reported, then it ends
                 answered = core.answer_at_cancel(

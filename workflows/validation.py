@@ -41,11 +41,17 @@ def carried(info: ValidationInfo) -> bool:
     return isinstance(info.context, dict) and info.context.get("carried") is True
 
 
+# A refusal names a field by its path: at most this many characters of it.
+MAX_SHOWN_PATH = 200
+
+
 def format_validation_error(what: str, error: ValidationError) -> str:
     """`invalid <what>: field.path: message (got value)` for each problem, one line."""
     parts = []
     for item in error.errors():
         path = ".".join(str(p) for p in item["loc"]) or "(root)"
+        if len(path) > MAX_SHOWN_PATH:  # a raw caller's field name can be any length
+            path = path[: MAX_SHOWN_PATH - 3] + "..."
         shown = repr(item.get("input"))
         if len(shown) > 80:
             shown = shown[:77] + "..."

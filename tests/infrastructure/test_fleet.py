@@ -28,15 +28,29 @@ from tests.support.helpers import eventually
 
 
 async def activity_workers(client: Client, keys: list[str]) -> set[str]:
-    """Identities (`pid@host`) of the workers that started the run activity of these runs."""
-    identities: set[str] = set()
-    for key in keys:
-        history = await client.get_workflow_handle(f"schedule-run:{key}").fetch_history()
-        for event in history.events:
-            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-                identities.add(event.activity_task_started_event_attributes.identity)
-                break
-    return identities
+    """Identities (`pid@host`) of the workers that started the run activity of these runs.
+    Temporal writes an activity's started event only when the attempt ends, which can come
+    after the far side saw the run's call finish: this waits (30 s at most) until each run's
+    history has it."""
+
+    async def recorded() -> set[str] | None:
+        identities: set[str] = set()
+        for key in keys:
+            history = await client.get_workflow_handle(f"schedule-run:{key}").fetch_history()
+            started = [
+                event.activity_task_started_event_attributes.identity
+                for event in history.events
+                if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+            ]
+            if not started:
+                return None
+            identities.add(started[0])
+        return identities
+
+    if not keys:
+        return set()
+    found: set[str] = await eventually(recorded, timeout=30)
+    return found
 
 
 def pid_of(identity: str) -> int:

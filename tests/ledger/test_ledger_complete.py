@@ -162,17 +162,16 @@ async def test_a_refusing_completion_blocks_with_its_claims_until_resume_complet
     assert server.violations == []
 
 
-@pytest.mark.parametrize(("code", "calls"), [(500, 3), (404, 1)])
-async def test_a_failing_completion_blocks_after_its_retries_and_never_resolves(
-    client: Client, task_queue: str, unique: str, code: int, calls: int
+async def test_a_refused_completion_blocks_at_once_and_never_resolves(
+    client: Client, task_queue: str, unique: str
 ) -> None:
-    """5xx is retried by Temporal (3 attempts, as compile); another 4xx is not."""
+    """A 4xx other than 408/425/429 is a refusal (non-retryable): one call, then blocked."""
 
-    def failing(_count: int) -> Answer:
-        return code, {}, {"error": "no"}
+    def refusing(_count: int) -> Answer:
+        return 404, {}, {"error": "no"}
 
     async with live_ledger(
-        client, task_queue, unique, far_side(failing), complete_activity="http_complete"
+        client, task_queue, unique, far_side(refusing), complete_activity="http_complete"
     ) as (server, handle):
         await enqueue(handle, intent("a", ["c1"]))
         snap = await blocked(handle, "a")
@@ -182,13 +181,42 @@ async def test_a_failing_completion_blocks_after_its_retries_and_never_resolves(
         assert (await child.describe()).status == WorkflowExecutionStatus.COMPLETED
     [blocker] = a["blockers"]
     url = f"{server.base_url}/complete"
-    assert blocker.startswith(
-        f"completion_failed: CompletionWebhookError: POST {url} answered {code}"
-    )
+    assert blocker.startswith(f"completion_failed: CompletionWebhookError: POST {url} answered 404")
     assert a["outcome"] is None
     assert snap["claims"] == {"c1": a["request_id"]}
     assert requests(snap)[a["request_id"]]["retry_action"] == "query"
-    assert len(completions(server.sent(a["request_id"]))) == calls
+    assert len(completions(server.sent(a["request_id"]))) == 1
+
+
+async def test_a_completion_failing_transiently_is_retried_past_three_attempts(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """A 5xx is transient: Temporal retries it with backoff (TRANSIENT_RETRY), past the 3
+    attempts that used to block the request as `completion_failed`, until it accepts."""
+
+    def unavailable_four_times(count: int) -> Answer:
+        return (503, {}, {"error": "down"}) if count <= 4 else (200, {}, None)
+
+    async with live_ledger(
+        client,
+        task_queue,
+        unique,
+        far_side(unavailable_four_times),
+        complete_activity="http_complete",
+    ) as (server, handle):
+        await enqueue(handle, intent("a", ["c1"]))
+
+        async def decided() -> dict[str, Any] | None:
+            op = operations(await snapshot(handle))["a"]
+            return op if op["phase"] in ("resolved", "blocked") else None
+
+        a = await eventually(decided, timeout=60)
+        child = request_workflow(handle, a["request_id"])
+        await client.get_workflow_handle(child).result()
+        await record_history(client, child, "request_complete_retried")
+    assert a["phase"] == "resolved", a
+    assert a["outcome"] == "applied"
+    assert len(completions(server.sent(a["request_id"]))) == 5
 
 
 @activity.defn(name="odd_complete")

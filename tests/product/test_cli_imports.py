@@ -20,7 +20,13 @@ HEAVY = ("temporalio", "opentelemetry", "cryptography", "pydantic", "httpx", "wo
 
 def imported_after(code: str) -> set[str]:
     """The modules loaded after running `code` in a new interpreter."""
-    script = f"import sys, json\n{code}\nprint(json.dumps(sorted(sys.modules)))"
+    # Leave by `os._exit` once the answer is printed: an interpreter that started the SDK's
+    # runtime can abort while tearing it down (temporalio/sdk-python#300; docs/python-api.md),
+    # which says nothing about what was imported.
+    script = (
+        f"import sys, json, os\n{code}\n"
+        "print(json.dumps(sorted(sys.modules)), flush=True)\nos._exit(0)"
+    )
     result = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,

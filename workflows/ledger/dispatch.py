@@ -21,6 +21,7 @@ from workflows.ledger.models import (
 from workflows.ledger.records import (
     INTERPRETER_UNAVAILABLE,
     INVALID_COMPILE_RESULT,
+    MAX_ERROR_LENGTH,
     MISSING_PARTICIPANTS,
     NEVER_LAUNCHED,
     PARTICIPANT_MISMATCH,
@@ -42,6 +43,8 @@ from workflows.validation import InvalidRequest as InvalidRequest
 BODY_SLACK_BYTES = 4096
 # A compile result whose `operation_id` / `request_id` names another operation or request.
 COMPILE_RESULT_MISMATCH = "compile_result_mismatch"
+# The prefix of the blocker of a compile that failed transiently for its whole retry window.
+COMPILE_UNAVAILABLE = "compile_unavailable"
 # Keys a compile activity may return to name what it compiled; checked, not frozen.
 COMPILE_ECHO_KEYS = frozenset({"operation_id", "request_id"})
 
@@ -61,10 +64,24 @@ def plan_grants(state: LedgerState, config: LedgerConfig, now_ms: int) -> list[s
     seed's `deferredRetries`). Nothing while held or stopped (L12)."""
     if state.stopped or state.holds:
         return []
+    return _within_slots(state, config, _waiting(state), due_by=now_ms)
+
+
+def _within_slots(
+    state: LedgerState,
+    config: LedgerConfig,
+    candidates: list[RequestRecord],
+    due_by: int | None = None,
+) -> list[str]:
+    """The IDs of `candidates`, in order, that concurrency and lanes admit, counting only
+    attempts in progress (L4): one a lane refuses is passed over and the next may go. With
+    `due_by`, the first candidate whose retry is due later ends the list."""
     total, by_type = in_flight(state)
     chosen: list[str] = []
-    for request in _waiting(state):
-        if (request.retry_at or 0) > now_ms or total >= config.concurrency:
+    for request in candidates:
+        if due_by is not None and (request.retry_at or 0) > due_by:
+            break
+        if total >= config.concurrency:
             break
         if not fits(config, total, by_type, request.operation_type):
             continue
@@ -168,8 +185,18 @@ def abandon_dispatch(state: LedgerState, op_id: str) -> None:
     record.request_id = None
 
 
+def compile_blocker(message: str, transient: bool = False) -> str:
+    """The blocker of a failed compile: its error's message (L6), or, when the compile failed
+    transiently (timeouts, retryable errors) for its whole retry window,
+    `compile_unavailable: <message>`: infrastructure, not the operation's fault."""
+    if transient:
+        return f"{COMPILE_UNAVAILABLE}: {message}"[:MAX_ERROR_LENGTH]
+    return message or "compile_failed"
+
+
 def block_compile(state: LedgerState, op_id: str, message: str) -> None:
-    """A compile error blocks the operation with the error's message (L6)."""
+    """A compile error blocks the operation with the error's message (L6); so does a
+    transient failure that outlasted its retries, with `compile_blocker`'s message."""
     request_id = state.compiling.pop(op_id, None)
     if request_id is None:
         return
@@ -400,17 +427,9 @@ def plan_launches(state: LedgerState, config: LedgerConfig) -> list[str]:
     concurrency and lanes. Their canvases are already theirs."""
     if state.stopped or state.holds:
         return []
-    total, by_type = in_flight(state)
     waiting = [r for r in state.requests.values() if r.phase == "frozen"]
     waiting.sort(key=lambda r: min(state.operations[o].sequence for o in r.operation_ids))
-    chosen: list[str] = []
-    for request in waiting:
-        if not fits(config, total, by_type, request.operation_type):
-            continue
-        chosen.append(request.id)
-        by_type[request.operation_type] += 1
-        total += 1
-    return chosen
+    return _within_slots(state, config, waiting)
 
 
 def mark_launched(state: LedgerState, request_id: str) -> RequestRecord:

@@ -22,7 +22,9 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
+    ApplicationError,
     FailureError,
+    RetryState,
     is_cancelled_exception,
 )
 
@@ -55,6 +57,21 @@ COMPLETE_TIMEOUT = timedelta(seconds=60)
 COMPLETE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3)
 # Asked before calling `complete_activity` (when set): a run recorded without the call replays.
 COMPLETE_PATCH = "ledger-complete-activity"
+# A transient failure of an activity the ledger runs (a timeout, a worker lost, any retryable
+# error) is retried with backoff up to a minute apart for `TRANSIENT_RETRY_WINDOW`; only a
+# refusal (a non-retryable error) ends it at once. Long enough for a worker restart, a deploy
+# or a short outage; bounded so that a compile never holds its slot, its canvases and the
+# ledger's continue-as-new forever (a local compile's retries are recorded in the history).
+TRANSIENT_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=0,
+)
+TRANSIENT_RETRY_WINDOW = timedelta(minutes=30)
+# Asked before calling `complete_activity` under `TRANSIENT_RETRY`: a run recorded with at
+# most 3 attempts replays so.
+COMPLETE_RETRY_PATCH = "ledger-complete-retries-transient"
 # A FrozenRequest continues-as-new after this many non-final attempts (bounded history).
 REQUEST_ATTEMPTS_PER_RUN = 200
 # Asked in `final_query` mode, which asks once and ends: a run recorded looping replays so.
@@ -84,6 +101,22 @@ def failure_message(error: BaseException) -> str:
     while isinstance(cause, FailureError) and cause.cause is not None:
         cause = cause.cause
     return str(cause) or type(cause).__name__
+
+
+def is_refusal(error: BaseException) -> bool:
+    """Whether an activity's failure is its refusal (a non-retryable error), not a transient
+    failure (a timeout, a lost worker, a retryable error that outlasted its retries)."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.non_retryable:
+            return True
+        if (
+            isinstance(cause, ActivityError)
+            and cause.retry_state == RetryState.NON_RETRYABLE_FAILURE
+        ):
+            return True
+        cause = cause.cause if isinstance(cause, FailureError) else None
+    return False
 
 
 def _answer(raw: Any) -> str:
@@ -297,19 +330,22 @@ class FrozenRequestWorkflow(CatalogShell):
     async def _complete(self, input: FrozenRequestInput, raw: Any, step: core.Step) -> core.Step:
         """A resolved step, once `complete_activity(frozen_request, status)` accepted it (it
         gets the far side's whole status as answered); blocked (L10, next action `query`)
-        when it answers `{"blocked": true}`, anything else, or fails after its retries. Any
+        when it answers `{"blocked": true}`, anything else, or fails (`is_refusal`, or transiently
+        for its whole retry window). Any
         other step, or no `complete_activity`, is returned as is."""
         if step.result != "resolved" or input.complete_activity is None:
             return step
         if not workflow.patched(COMPLETE_PATCH):
             return step  # a history from before the hook: it resolved without the call
+        transient_retry = workflow.patched(COMPLETE_RETRY_PATCH)
         try:
             answer: Any = await workflow.execute_activity(
                 input.complete_activity,
                 args=[input.request, raw],
                 task_queue=input.activity_task_queue,
                 start_to_close_timeout=COMPLETE_TIMEOUT,
-                retry_policy=COMPLETE_RETRY,
+                schedule_to_close_timeout=TRANSIENT_RETRY_WINDOW if transient_retry else None,
+                retry_policy=TRANSIENT_RETRY if transient_retry else COMPLETE_RETRY,
                 summary=f"complete {input.request['id']}",
                 cancellation_type=self._cancellation_type(),
             )
@@ -317,7 +353,9 @@ class FrozenRequestWorkflow(CatalogShell):
             if is_cancelled_exception(error):
                 raise  # stopped: as for a submit or query
             metrics.count(metrics.COMPLETION_REFUSALS, kind="failed")
-            return core.completion_blocked(step, core.completion_failure(failure_message(error)))
+            transient = transient_retry and not is_refusal(error)
+            failure = core.completion_failure(failure_message(error), transient=transient)
+            return core.completion_blocked(step, failure)
         _raise_if_cancel_requested()
         reason = core.completion_blocker(answer)
         if reason is None:

@@ -114,9 +114,12 @@ def answer_at_cancel(
 
 # The blocker of a `complete_activity` that answered `{"blocked": true}` without an error.
 COMPLETION_BLOCKED = "completion_blocked"
-# The prefix of the blocker of a `complete_activity` that failed (after its retries) or
+# The prefix of the blocker of a `complete_activity` that refused (a non-retryable error) or
 # answered something that is neither null nor a blocked answer.
 COMPLETION_FAILED = "completion_failed"
+# The prefix of the blocker of a `complete_activity` that failed transiently (timeouts,
+# retryable errors) for its whole retry window: infrastructure, not the completion's answer.
+COMPLETION_UNAVAILABLE = "completion_unavailable"
 # The keys of a blocked completion answer.
 BLOCKED_ANSWER_KEYS = frozenset({"blocked", "error"})
 # How much of an unexpected completion answer its blocker shows.
@@ -144,9 +147,12 @@ def completion_blocker(answer: Any) -> str | None:
     )
 
 
-def completion_failure(message: str) -> str:
-    """The blocker of a `complete_activity` that failed: `completion_failed: <message>`."""
-    return f"{COMPLETION_FAILED}: {message}"[:MAX_ERROR_LENGTH]
+def completion_failure(message: str, transient: bool = False) -> str:
+    """The blocker of a `complete_activity` that failed: `completion_failed: <message>` when
+    it refused (a non-retryable error), `completion_unavailable: <message>` when it failed
+    transiently for its whole retry window."""
+    prefix = COMPLETION_UNAVAILABLE if transient else COMPLETION_FAILED
+    return f"{prefix}: {message}"[:MAX_ERROR_LENGTH]
 
 
 def completion_blocked(step: Step, reason: str) -> Step:

@@ -311,6 +311,28 @@ def test_compile_error_blocks_with_its_message() -> None:
     assert state.claims == {}
 
 
+def test_a_compile_failing_transiently_past_its_window_blocks_as_unavailable() -> None:
+    """A compile still failing transiently when its retry window ends blocks with a blocker
+    naming the cause, distinct from a compile error; `resume` compiles it again (L13)."""
+    state = fresh(intent("a", ["c1"]))
+    core.begin_dispatch(state, "a", "r1")
+    blocker = core.compile_blocker("activity StartToClose timeout", transient=True)
+    core.block_compile(state, "a", blocker)
+    assert state.operations["a"].blockers == [
+        f"{core.COMPILE_UNAVAILABLE}: activity StartToClose timeout"
+    ]
+    assert core.compile_blocker("layer 7 missing") == "layer 7 missing"
+    assert core.compile_blocker("") == "compile_failed"
+    assert len(core.compile_blocker("x" * 2000, transient=True)) == core.MAX_ERROR_LENGTH
+    assert "a" in core.resume(state, LedgerConfig())
+    assert state.operations["a"].phase == "pending"
+
+
+def test_a_completion_failing_transiently_past_its_window_is_named_apart() -> None:
+    assert core.completion_failure("boom") == "completion_failed: boom"
+    assert core.completion_failure("boom", transient=True) == "completion_unavailable: boom"
+
+
 def test_unsupported_protocol_blocks_the_request_keeps_claims_and_resume_keeps_it() -> None:
     state = fresh(intent("a", ["c1"], protocol_version=2), intent("b", ["c1"]))
     config = LedgerConfig()
