@@ -52,11 +52,17 @@ def format_validation_error(what: str, error: ValidationError) -> str:
         path = ".".join(str(p) for p in item["loc"]) or "(root)"
         if len(path) > MAX_SHOWN_PATH:  # a raw caller's field name can be any length
             path = path[: MAX_SHOWN_PATH - 3] + "..."
-        shown = repr(item.get("input"))
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        parts.append(f"{path}: {item['msg']} (got {shown})")
+        parts.append(problem(path, item["msg"], item.get("input")))
     return f"invalid {what}: " + "; ".join(parts)
+
+
+def problem(path: str, what: str, value: object) -> str:
+    """One problem of a refused payload: `field.path: message (got value)`, the value cut
+    to 80 characters."""
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return f"{path}: {what} (got {shown})"
 
 
 def strict_problem(

@@ -219,14 +219,17 @@ async def test_a_set_signal_an_older_build_applied_replays_as_applied(
 async def test_a_new_set_that_cannot_be_meant_is_refused_naming_the_field(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    interval = "set.jitter_ms must be less than the expression's interval of 10000 ms"
+    interval = (
+        "invalid set payload: jitter_ms: must be less than the expression's interval of 10000 ms"
+    )
+    often = "invalid set payload: expression: fires more often than every 1000 ms"
     refused = {
-        "@every 1ms": (0, "set.expression fires more often than every 1000 ms"),
-        "@every 999ms": (0, "set.expression fires more often than every 1000 ms"),
-        "0 0 30 2 *": (0, "set.expression never fires after now, got '0 0 30 2 *'"),
-        "*/10 * * * * *": (3_000_000, f"{interval}, got 3000000"),
-        "@every 10s": ({"max_ms": 10_000}, f"{interval}, got 10000"),
-        "0 0 L * *": (0, "not supported, got '0 0 L * *': day-of-month field: 'L'"),
+        "@every 1ms": (0, f"{often}, the shortest @every (got '@every 1ms')"),
+        "@every 999ms": (0, often),
+        "0 0 30 2 *": (0, "expression: never fires after now (got '0 0 30 2 *')"),
+        "*/10 * * * * *": (3_000_000, f"{interval} (got 3000000)"),
+        "@every 10s": ({"max_ms": 10_000}, f"{interval} (got 10000)"),
+        "0 0 L * *": (0, "expression: is not supported: day-of-month field: 'L'"),
     }
     async with schedule_worker(client, task_queue):
         handle = await start_schedule(client, task_queue, f"refused-{unique}")

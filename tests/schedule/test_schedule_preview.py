@@ -89,10 +89,10 @@ async def test_a_set_that_cannot_be_meant_is_refused_by_preview_and_set_naming_t
 ) -> None:
     object_id = f"unmeant-{unique}"
     cases: list[tuple[tuple[str, ...], str]] = [
-        (("@every 1ms",), "set.expression fires more often than every 1000 ms"),
-        (("0 0 30 2 *",), "set.expression never fires after now, got '0 0 30 2 *'"),
-        (("*/10 * * * * *", "--jitter-ms", "3000000"), "set.jitter_ms must be less than"),
-        (("@every 10s", "--jitter-max-ms", "10000"), "interval of 10000 ms, got 10000"),
+        (("@every 1ms",), "invalid set payload: expression: fires more often than every 1000"),
+        (("0 0 30 2 *",), "expression: never fires after now (got '0 0 30 2 *')"),
+        (("*/10 * * * * *", "--jitter-ms", "3000000"), "jitter_ms: must be less than"),
+        (("@every 10s", "--jitter-max-ms", "10000"), "interval of 10000 ms (got 10000)"),
         (("0 0 L * *",), "day-of-month field: 'L' is not a number"),
         (("0 0 * * 5#2",), "day-of-week field: '5#2' is not supported"),
     ]

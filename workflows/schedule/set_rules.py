@@ -19,7 +19,7 @@ from workflows.schedule import cron
 from workflows.schedule.cron import NextOccurrence
 from workflows.schedule.messages import read_payload
 from workflows.schedule.models import JitterRange, SetRequest
-from workflows.validation import InvalidRequest
+from workflows.validation import InvalidRequest, problem
 
 MIN_EVERY_MS = 1_000
 
@@ -50,16 +50,17 @@ def refusal(
         try:
             cron.validate(expression)
         except ValueError as error:
-            return f"set.expression is not supported, got {expression!r:.200}: {error}"
+            return _refused("expression", f"is not supported: {error}", expression)
     step = every_ms(expression)
     if step is not None and step < MIN_EVERY_MS:
-        return (
-            f"set.expression fires more often than every {MIN_EVERY_MS} ms, the shortest "
-            f"@every, got {expression!r:.200}"
+        return _refused(
+            "expression",
+            f"fires more often than every {MIN_EVERY_MS} ms, the shortest @every",
+            expression,
         )
     first = next_occurrence(expression, now_ms)
     if first is None:
-        return f"set.expression never fires after now, got {expression!r:.200}"
+        return _refused("expression", "never fires after now", expression)
     if jitter_max_ms <= 0:
         return None
     interval = step
@@ -67,9 +68,10 @@ def refusal(
         second = next_occurrence(expression, first)
         interval = None if second is None else second - first
     if interval is not None and jitter_max_ms >= interval:
-        return (
-            f"set.jitter_ms must be less than the expression's interval of {interval} ms, "
-            f"got {jitter_max_ms}"
+        return _refused(
+            "jitter_ms",
+            f"must be less than the expression's interval of {interval} ms",
+            jitter_max_ms,
         )
     return None
 
@@ -93,3 +95,8 @@ def parse_new_set(
     if reason is not None:
         raise InvalidRequest(reason)
     return request
+
+
+def _refused(field: str, what: str, value: object) -> str:
+    """A refusal in the one format of payload refusals (`validation.format_validation_error`)."""
+    return f"invalid set payload: {problem(field, what, value)}"
