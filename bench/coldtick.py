@@ -97,7 +97,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--age-events", type=int, help="history to reach before the cold window (1000; quick 800)"
     )
     parser.add_argument(
-        "--age-expression", default="@every 250ms", help="the cadence that ages them"
+        "--age-expression",
+        default="@every 1s",
+        help="the cadence that ages them (@every 1s: a new `set` faster than that is refused)",
     )
     parser.add_argument("--idle", type=int, help="idle schedules for memory (5,000; quick 1,000)")
     parser.add_argument("--ledgers", type=int, default=4, help="ledgers fed at once")
