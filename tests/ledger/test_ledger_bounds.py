@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.ledger.core.test_ledger_rules import dispatch_all, finish, fresh, intent, passthrough
+from tests.support.ledger_model import dispatch_all, finish, fresh, intent, passthrough
 from workflows.budget import STATE_BUDGET_BYTES
 from workflows.ledger import core
 from workflows.ledger.models import (

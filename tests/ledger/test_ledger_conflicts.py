@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from temporalio.client import Client, WorkflowHandle
 
-from tests.ledger.core.test_ledger_rules import dispatch_all, finish, fresh, graphs, intent
 from tests.support.helpers import durability_cli, eventually, running_worker
 from tests.support.ledger import ledger_worker, operations, snapshot
+from tests.support.ledger_model import dispatch_all, finish, fresh, graphs, intent
 from workflows.budget import STATE_BUDGET_BYTES
 from workflows.ledger import core, models
 from workflows.ledger.models import (

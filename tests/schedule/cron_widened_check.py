@@ -2,10 +2,11 @@
 
     .venv/bin/python -m tests.schedule.cron_widened_check [COUNT]
 
-Draws COUNT cases (expression, start) from `test_schedule_cron_classic.cases` (every form crontab(5)
-allows, zones with half-hour offsets and daylight saving), derandomized so every run draws
-the same ones, and compares each reading's next firing with the model's: croniter's reading
-(the one before crontab's, `crontab_reading=False` on every expression) and the built-in.
+Draws COUNT cases (expression, start) from `tests.support.cron_strategies.cases` (every
+form crontab(5) allows, zones with half-hour offsets and daylight saving), derandomized so
+every run draws the same ones, and compares each reading's next firing with the model's:
+croniter's reading (the one before crontab's, `crontab_reading=False` on every expression)
+and the built-in.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import sys
 
 from hypothesis import HealthCheck, given, settings
 
-from tests.schedule.test_schedule_cron_classic import cases
 from tests.support.cron_model import COMPARED_YEARS, model_next
+from tests.support.cron_strategies import cases
 from workflows.schedule import cron
 
 counts = {"cases": 0, "croniter": 0, "crontab": 0}

@@ -17,7 +17,6 @@ from typing import Any
 from workflows.budget import STATE_BUDGET_BYTES
 from workflows.limits import id_form_problem, id_problem
 from workflows.schedule.cron import NextOccurrence
-from workflows.schedule.messages import read_payload
 from workflows.schedule.models import (
     FAILURE_NOTE_ERROR_LENGTH,
     MAX_BACKFILL_RUNS,
@@ -33,7 +32,6 @@ from workflows.schedule.models import (
     Outcome,
     OutcomeRetries,
     OverlapPolicy,
-    PauseRequest,
     RecentRun,
     Run,
     RunError,
@@ -168,24 +166,6 @@ def failure_note(key: str, error: RunError | None) -> str:
     if len(shown) > FAILURE_NOTE_ERROR_LENGTH:
         shown = shown[: FAILURE_NOTE_ERROR_LENGTH - 3] + "..."
     return f"paused on failure: run {key} errored: {shown}"[:MAX_PAUSE_NOTE_LENGTH]
-
-
-def parse_cancel(raw: object) -> CancelRequest:
-    """A `cancel` payload as the catalog reads it (`durability.client` checks with it)."""
-    request: CancelRequest = read_payload("cancel", raw)
-    return request
-
-
-def parse_pause(raw: object) -> str | None:
-    """A `pause` payload's note as the catalog reads it (`durability.client` checks with it)."""
-    request: PauseRequest = read_payload("pause", raw)
-    return request.note
-
-
-def parse_describe(raw: object) -> DescribeQuery:
-    """A `describe` argument as the catalog reads it (`durability.client` checks with it)."""
-    query: DescribeQuery = read_payload("describe", raw)
-    return query
 
 
 def checked_next(next_occurrence: NextOccurrence, expression: str, after_ms: int) -> int | None:

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.ledger.core.test_ledger_rules import STATUSES, Driver, fresh, graphs
+from tests.support.ledger_model import STATUSES, Driver, fresh, graphs
 from workflows.ledger import core
 from workflows.ledger.models import LedgerConfig, LedgerState, RequestAction, RequestReport
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.ledger.core.test_ledger_rules import dispatch_all, finish, fresh, intent
+from tests.support.ledger_model import dispatch_all, finish, fresh, intent
 from workflows.ledger import core
 from workflows.ledger.models import (
     MAX_ID_LENGTH,

@@ -16,9 +16,9 @@ from workflows.schedule.core import (
     failure_note,
     initial_state,
     parse_configure,
-    parse_pause,
     read_start,
 )
+from workflows.schedule.messages import read_payload
 from workflows.schedule.models import (
     MAX_LIFE_BOUND_MS,
     MAX_PAUSE_NOTE_LENGTH,
@@ -364,8 +364,8 @@ def test_pause_takes_an_optional_note_replacing_the_one_of_a_paused_schedule() -
     ("payload", "note"),
     [(None, None), ({}, None), ({"note": "why"}, "why"), ({"note": None}, None), ("x", None)],
 )
-def test_parse_pause_reads_the_note(payload: object, note: str | None) -> None:
-    assert parse_pause(payload) == note
+def test_a_pause_payload_reads_the_note(payload: object, note: str | None) -> None:
+    assert read_payload("pause", payload).note == note
 
 
 @pytest.mark.parametrize(
@@ -380,7 +380,7 @@ def test_a_bad_pause_note_is_refused_naming_the_field_and_value(
     payload: object, message: str
 ) -> None:
     with pytest.raises(InvalidRequest) as refused:
-        parse_pause(payload)
+        read_payload("pause", payload)
     assert str(refused.value).startswith(f"invalid pause payload: {message}")
 
 

@@ -18,9 +18,8 @@ from workflows.schedule.core import (
     ScheduleCore,
     Skipped,
     initial_state,
-    parse_cancel,
-    parse_describe,
 )
+from workflows.schedule.messages import read_payload
 from workflows.schedule.models import (
     MAX_NEXT_FIRE_TIMES,
     MAX_RECENT_ERROR_MESSAGE,
@@ -262,7 +261,7 @@ def test_no_fire_times_while_paused_cancelled_or_never_set() -> None:
     assert core.next_fire_times(3) == []
     core.unpause(1000)
     assert core.next_fire_times(2) == [1100, 1200]
-    core.cancel(parse_cancel({}))
+    core.cancel(read_payload("cancel", {}))
     assert core.next_fire_times(3) == []
 
 
@@ -278,7 +277,7 @@ def test_state_from_the_previous_build_loads_and_counts_from_what_it_knows() -> 
     }
     carried = {"skipped_ticks": 4, "dead_letters": [letter], "dead_letters_dropped": 2}
     core = core_of(ScheduleState.model_validate(carried))
-    described = core.describe(parse_describe(None))
+    described = core.describe(read_payload("describe", None))
     assert described["recent_runs"] == []
     assert described["counters"]["ticks_skipped_total"] == 4
     assert described["counters"]["outcomes_dead_lettered"] == 3
@@ -335,13 +334,13 @@ def test_a_bad_describe_argument_is_refused_naming_field_and_value(
     raw: object, message: str
 ) -> None:
     with pytest.raises(InvalidRequest) as refused:
-        parse_describe(raw)
+        read_payload("describe", raw)
     assert str(refused.value) == f"invalid describe payload: {message}"
 
 
 def test_describe_arguments_default_and_bound() -> None:
-    assert parse_describe(None) == DescribeQuery(runs=RECENT_RUNS_KEPT, next=10)
-    assert parse_describe({"runs": 0, "next": MAX_NEXT_FIRE_TIMES}) == DescribeQuery(
+    assert read_payload("describe", None) == DescribeQuery(runs=RECENT_RUNS_KEPT, next=10)
+    assert read_payload("describe", {"runs": 0, "next": MAX_NEXT_FIRE_TIMES}) == DescribeQuery(
         runs=0, next=MAX_NEXT_FIRE_TIMES
     )
 

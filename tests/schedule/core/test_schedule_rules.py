@@ -17,7 +17,6 @@ from workflows.schedule.core import (
     Skipped,
     attempts_begun,
     checked_next,
-    parse_cancel,
 )
 from workflows.schedule.cron import next_occurrence
 from workflows.schedule.messages import read_payload
@@ -115,7 +114,9 @@ class ScheduleMachine(RuleBasedStateMachine):
 
     @rule(version=st.one_of(st.none(), st.integers(0, 8)))
     def cancel(self, version: int | None) -> None:
-        live = self.core.cancel(parse_cancel({} if version is None else {"version": version}))
+        live = self.core.cancel(
+            read_payload("cancel", {} if version is None else {"version": version})
+        )
         # The seed's `cancel`, step by step.
         nothing_live = version is None and not self.live
         outranked = version is not None and self.version is not None and self.version > version
@@ -290,7 +291,7 @@ def _stored(before: str) -> ScheduleCore:
     if before != "none":
         core.set(SetRequest(expression="every:1000", version=5), 0, lambda _: 0)
     if before.startswith("tombstone"):
-        core.cancel(parse_cancel({}))
+        core.cancel(read_payload("cancel", {}))
     return core
 
 
@@ -301,7 +302,7 @@ def test_cancel_follows_the_seed_case_by_case(
     before: str, payload: dict[str, int], returns: bool, live_after: int | None, refused: int
 ) -> None:
     core = _stored(before)
-    assert core.cancel(parse_cancel(payload)) is returns
+    assert core.cancel(read_payload("cancel", payload)) is returns
     view = core.get()
     assert (None if view is None else view["version"]) == live_after
     if live_after is None:
@@ -320,12 +321,12 @@ def test_cancel_follows_the_seed_case_by_case(
 
 def test_cancel_with_a_version_records_a_tombstone_that_blocks_that_version() -> None:
     core = ScheduleCore(ScheduleState(), every, ScheduleInput(max_concurrent_runs=10))
-    assert core.cancel(parse_cancel({"version": 3})) is False
+    assert core.cancel(read_payload("cancel", {"version": 3})) is False
     assert not core.set(SetRequest(expression="every:10", version=3), 0, lambda _: 0)
     assert core.set(SetRequest(expression="every:10", version=4), 0, lambda _: 0)
-    assert core.cancel(parse_cancel({"version": 2})) is False  # stored is higher: ignored
+    assert core.cancel(read_payload("cancel", {"version": 2})) is False  # stored is higher: ignored
     assert core.get() is not None
-    assert core.cancel(parse_cancel({})) is True
+    assert core.cancel(read_payload("cancel", {})) is True
 
 
 EVERY = {"expression": "@every 1s", "version": 1}
@@ -372,7 +373,7 @@ def test_a_malformed_cancel_is_rejected_with_a_message_naming_field_and_value(
     payload: object, message: str
 ) -> None:
     with pytest.raises(InvalidRequest, match=re.escape(f"invalid cancel payload: {message}")):
-        parse_cancel(payload)
+        read_payload("cancel", payload)
 
 
 @pytest.mark.parametrize("bad", [100, 99, 100.5, "200", True])
