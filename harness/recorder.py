@@ -107,6 +107,16 @@ class Recorder:
 
     # -- schedule webhooks
 
+    def runs_finished_since(self, moment: float) -> int:
+        """Run webhooks received after `moment` (epoch s) whose handler has finished."""
+        with self.lock:
+            return sum(
+                1
+                for posts in self.runs.values()
+                for post in posts
+                if post.finished and post.received_at > moment
+            )
+
     def run_started(self, header_key: str | None, body: dict[str, Any]) -> RunPost:
         key = f"{body.get('object_id')}:{body.get('scheduled_time')}"
         post = RunPost(key, header_key, body, time.time(), slow=self.chance(self.slow_run_rate))

@@ -157,15 +157,6 @@ async def test_rolling_upgrade_moves_running_schedules_to_the_new_build(
     object_id = f"upgrade-{uuid.uuid4().hex[:6]}"
     params = {"url": f"{recorder.base_url}/run", "outcome_url": f"{recorder.base_url}/outcome"}
 
-    def runs_since(moment: float) -> int:
-        with recorder.lock:
-            return sum(
-                1
-                for posts in recorder.runs.values()
-                for post in posts
-                if post.finished and post.received_at > moment
-            )
-
     try:
         for build, fleet in builds.items():
             fleet.directory.mkdir()
@@ -175,7 +166,7 @@ async def test_rolling_upgrade_moves_running_schedules_to_the_new_build(
             lambda: set_current_version(dev_server_address, deployment, "v1"), timeout=60
         )
         await durability.set_schedule(object_id, "@every 1s", 1, params=params, options=OPTIONS)
-        await eventually(lambda: runs_since(0.0) >= 3, timeout=30)
+        await eventually(lambda: recorder.runs_finished_since(0.0) >= 3, timeout=30)
         assert await workflow_build_id(dev_server_address, f"schedule:{object_id}") == (
             "VERSIONING_BEHAVIOR_AUTO_UPGRADE",
             "v1",
@@ -193,7 +184,7 @@ async def test_rolling_upgrade_moves_running_schedules_to_the_new_build(
         await eventually(on_v2, timeout=30, interval=0.5)
         await builds["v1"].stop()
         stopped_at = time.time()
-        await eventually(lambda: runs_since(stopped_at) >= 3, timeout=30)
+        await eventually(lambda: recorder.runs_finished_since(stopped_at) >= 3, timeout=30)
         await cancel_and_check_each_run_ran_once(durability, object_id, recorder)
     finally:
         for fleet in builds.values():

@@ -53,15 +53,6 @@ async def test_a_rollout_moves_workflows_and_one_stopped_halfway_rolls_back(
     workflow_id = f"schedule:{object_id}"
     params = {"url": f"{recorder.base_url}/run", "outcome_url": f"{recorder.base_url}/outcome"}
 
-    def runs_since(moment: float) -> int:
-        with recorder.lock:
-            return sum(
-                1
-                for posts in recorder.runs.values()
-                for post in posts
-                if post.finished and post.received_at > moment
-            )
-
     async def none_left_on(build_id: str) -> bool:
         return await running_on(dev_server_address, deployment, build_id, queue) == 0
 
@@ -77,7 +68,7 @@ async def test_a_rollout_moves_workflows_and_one_stopped_halfway_rolls_back(
             lambda: set_current_version(dev_server_address, deployment, "v1"), timeout=60
         )
         await durability.set_schedule(object_id, "@every 1s", 1, params=params, options=OPTIONS)
-        await eventually(lambda: runs_since(0.0) >= 2, timeout=30)
+        await eventually(lambda: recorder.runs_finished_since(0.0) >= 2, timeout=30)
         assert await on_build("v1")
 
         async def some_on_v1() -> bool:
@@ -101,7 +92,7 @@ async def test_a_rollout_moves_workflows_and_one_stopped_halfway_rolls_back(
         # 3. The old build is kept until none of its workflows is left running on it.
         await eventually(lambda: none_left_on("v1"), timeout=60, interval=1.0)
         moved_at = time.time()
-        await eventually(lambda: runs_since(moved_at) >= 2, timeout=30)
+        await eventually(lambda: recorder.runs_finished_since(moved_at) >= 2, timeout=30)
 
         # Stopped halfway after the switch (the new build misbehaves): the old build's
         # workers are still up, so make it current again; the schedule moves back.
@@ -110,7 +101,7 @@ async def test_a_rollout_moves_workflows_and_one_stopped_halfway_rolls_back(
         await eventually(lambda: none_left_on("v2"), timeout=60, interval=1.0)
         await builds["v2"].stop()
         rolled_back_at = time.time()
-        await eventually(lambda: runs_since(rolled_back_at) >= 3, timeout=30)
+        await eventually(lambda: recorder.runs_finished_since(rolled_back_at) >= 3, timeout=30)
 
         await cancel_and_check_each_run_ran_once(durability, object_id, recorder)
     finally:
