@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client
 
 from durability.client import DurabilityClient
@@ -58,7 +58,7 @@ def pid_of(identity: str) -> int:
 
 
 TIMED_OUT = EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT
-TIMER_FIRED = EventType.EVENT_TYPE_TIMER_FIRED
+TIMER_STARTED = EventType.EVENT_TYPE_TIMER_STARTED
 
 
 async def run_event_kinds(client: Client, key: str) -> list[EventType.ValueType]:
@@ -193,14 +193,15 @@ async def test_rolling_upgrade_moves_running_schedules_to_the_new_build(
 
 
 @pytest.mark.timeout(120)
-async def test_run_killed_mid_flight_is_interrupted_even_if_the_run_timer_fires_first(
+async def test_run_killed_mid_flight_is_interrupted_even_if_its_deadline_passes_while_dead(
     client: Client, dev_server_address: str, tmp_path: Path
 ) -> None:
-    """A worker dies mid-run; its run's heartbeat times out after 1 s and its 3 s run timer
-    fires while no worker is alive, so one workflow task sees both. The test keeps the only
-    worker dead until both events are in the run's history (it does not rely on how long a
-    restarted worker takes to get the task). S10: the run is `ScheduledRunInterruptedError`
-    all the same (its heartbeat timed out first, as its history shows)."""
+    """A worker dies mid-run; its externally hosted run's heartbeat times out after 1 s, and
+    its 3 s run timeout (the run activity's schedule-to-close timeout: such a run sets no
+    timer) passes while no worker is alive. The test keeps the only worker dead until both
+    have passed (it does not rely on how long a restarted worker takes to get the task).
+    S10: the run is `ScheduledRunInterruptedError` all the same: the server records the one
+    timeout that came first, the heartbeat's."""
     recorder = Recorder(seed=7, slow_run_rate=1.0, slow_run_s=(8.0, 8.0), outcome_fail_rate=0.0)
     recorder.start()
     queue = f"killed-{uuid.uuid4().hex[:8]}"
@@ -215,8 +216,6 @@ async def test_run_killed_mid_flight_is_interrupted_even_if_the_run_timer_fires_
             "@every 1s",
             1,
             params={"url": f"{base}/run", "outcome_url": f"{base}/outcome"},
-            # External: the child's own run timer is what races the heartbeat timeout (a
-            # plugin-hosted run has no timer: tests/schedule/test_schedule_run_host.py).
             options={
                 **OPTIONS,
                 "run_timeout_ms": 3000,
@@ -227,18 +226,20 @@ async def test_run_killed_mid_flight_is_interrupted_even_if_the_run_timer_fires_
         await eventually(lambda: bool(recorder.runs), timeout=30)
         await durability.cancel_schedule(object_id)
         fleet.kill(0)  # the run's POST is still in the recorder's (8 s) handler
+        killed_at = time.monotonic()
         in_flight: list[str] = []  # runs whose POST reached the recorder before the kill
 
-        async def timed_out_and_timer_fired() -> bool:
+        async def timed_out() -> bool:
             with recorder.lock:
                 in_flight[:] = list(recorder.runs)
             for key in in_flight:
-                kinds = await run_event_kinds(client, key)
-                if not {TIMED_OUT, TIMER_FIRED} <= set(kinds):
+                if TIMED_OUT not in await run_event_kinds(client, key):
                     return False
             return True
 
-        await eventually(timed_out_and_timer_fired, timeout=30, interval=0.2)
+        await eventually(timed_out, timeout=30, interval=0.2)
+        # The 3 s deadline also passes while no worker lives.
+        await asyncio.sleep(max(0.0, killed_at + 3.5 - time.monotonic()))
         fleet.revive()
 
         async def acknowledged() -> bool:
@@ -250,12 +251,12 @@ async def test_run_killed_mid_flight_is_interrupted_even_if_the_run_timer_fires_
         assert cut and sorted(cut) == sorted(in_flight)
         for key in cut:
             handle = client.get_workflow_handle(f"schedule-run:{key}")
-            kinds = await run_event_kinds(client, key)
-            # The run activity's heartbeat timed out before the run timer fired, and one
-            # workflow task (the first started after the timer fired) saw both.
-            timed_out, fired = kinds.index(TIMED_OUT), kinds.index(TIMER_FIRED)
-            assert timed_out < fired
-            assert EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED not in kinds[timed_out:fired]
+            history = await handle.fetch_history()
+            events = list(history.events)
+            assert TIMER_STARTED not in [e.event_type for e in events]
+            [timeout] = [e for e in events if e.event_type == TIMED_OUT]
+            failure = timeout.activity_task_timed_out_event_attributes.failure
+            assert failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT
             result = await handle.result()
             assert result["outcome"]["error"]["name"] == "ScheduledRunInterruptedError", result
     finally:
