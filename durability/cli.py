@@ -306,6 +306,7 @@ def run_command(args: argparse.Namespace) -> int:
         UnansweredError,
     )
     from durability.errors import NoWorkerError
+    from durability.sending import UNANSWERED_QUERY
 
     try:
         result = asyncio.run(execute(args))
@@ -334,8 +335,14 @@ def run_command(args: argparse.Namespace) -> int:
         return fail(str(error), 1)
     except WorkflowQueryFailedError as error:
         return fail(f"{args.command} failed on the worker: {error}", 1)
-    except RPCError as error:  # the server refused the call itself (a bad --query, ...)
-        return fail(f"Temporal refused the call: {error.message}", 1)
+    except RPCError as error:
+        if error.status in UNANSWERED_QUERY:  # no refusal: nobody answered in time
+            return fail(
+                f"Temporal did not answer in time ({error.status.name}: {error.message}); a "
+                "change sent may or may not have been made: read the state before sending again",
+                1,
+            )
+        return fail(f"Temporal refused the call: {error.message}", 1)  # a bad --query, ...
     except Exception as error:  # never a traceback: one line naming what went wrong
         return fail(f"{type(error).__name__}: {error}", 1)
     show(result, args)

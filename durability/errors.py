@@ -6,8 +6,8 @@
         print(f"not done: {error}")
 
 Every error the client raises for a refusal, a missing or closed workflow, a missing worker,
-an unanswered update or a bad setting derives from it: `RejectedError`, `NotFoundError`,
-`ClosedError` (and `LedgerStopped`), `UnansweredError`, `InvalidQueryError`,
+an unanswered update or query, or a bad setting derives from it: `RejectedError`,
+`NotFoundError`, `ClosedError` (and `LedgerStopped`), `UnansweredError`, `InvalidQueryError`,
 `BatchBusyError`, `NoWorkerError` and `ConfigurationError`. They are importable from here and
 from `durability.client` (`ConfigurationError` from `durability.settings`, where it is
 defined). An error of the connection itself (Temporal unreachable, a refused call) is
@@ -155,20 +155,41 @@ def closed_error(
 
 
 class UnansweredError(DurabilityError, TimeoutError):
-    """No answer to an update within the client's `update_timeout`.
+    """No answer to an update within the client's `update_timeout`, or to a query within its
+    `query_timeout`. `update` or `query` names the message; the other is None.
 
-    The update may or may not have taken effect: read the state before sending it again.
+    An update may or may not have taken effect: read the state before sending it again.
     Temporal can leave an update completed in the workflow task that continues as new
     unanswered (temporalio/temporal#6375); without a bound its caller would wait forever.
+    A query changes nothing: it went unanswered because no worker took the workflow's task
+    in time (its worker died or restarts, or every worker is busy).
     """
 
-    def __init__(self, *, update: str, workflow_id: str, timeout: timedelta) -> None:
-        super().__init__(
-            f"no answer to the {update!r} update of {workflow_id!r} within "
-            f"{timeout.total_seconds():g} s; it may or may not have taken effect: read the "
-            "state before sending it again"
-        )
+    def __init__(
+        self,
+        *,
+        workflow_id: str,
+        timeout: timedelta,
+        update: str | None = None,
+        query: str | None = None,
+        last_error: str | None = None,
+    ) -> None:
+        seconds = f"{timeout.total_seconds():g} s"
+        if query is not None:
+            said = f" (Temporal's last answer: {last_error})" if last_error else ""
+            message = (
+                f"no answer to the {query!r} query of {workflow_id!r} within {seconds}{said}; "
+                "a query changes nothing: check that a worker runs the workflow's task queue, "
+                "then ask again"
+            )
+        else:
+            message = (
+                f"no answer to the {update!r} update of {workflow_id!r} within {seconds}; it "
+                "may or may not have taken effect: read the state before sending it again"
+            )
+        super().__init__(message)
         self.update = update
+        self.query = query
         self.workflow_id = workflow_id
 
 

@@ -73,6 +73,15 @@ SCHEDULE_WORKFLOW = SCHEDULE_WORKFLOW_TYPE
 
 # How long an update call waits for its answer, all attempts included (`UnansweredError`).
 UPDATE_TIMEOUT = timedelta(minutes=2)
+# How long a query call waits for its answer, all attempts included (`UnansweredError`), and
+# each attempt at most: Temporal holds a query until a worker completes the workflow's pending
+# task, and one whose worker died (or that went to the dead worker's sticky queue) fails
+# CANCELLED or DEADLINE_EXCEEDED. A query changes nothing, so it is asked again.
+QUERY_TIMEOUT = timedelta(seconds=60)
+QUERY_ATTEMPT_TIMEOUT = timedelta(seconds=10)
+UNANSWERED_QUERY = frozenset(
+    {RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE}
+)
 # How long a call that waits for a worker looks for one polling before it refuses
 # (`NoWorkerError`): a worker just started may not have polled yet.
 WORKER_GRACE = timedelta(seconds=5)
@@ -200,8 +209,11 @@ class ClientCore:
         update_timeout: timedelta | None = UPDATE_TIMEOUT,
         next_occurrence: NextOccurrence | None = None,
         worker_grace: timedelta | None = WORKER_GRACE,
+        query_timeout: timedelta | None = QUERY_TIMEOUT,
     ) -> None:
         """`update_timeout` bounds each update call (`UnansweredError`); None waits forever.
+        `query_timeout` bounds each query call, which asks again (every attempt at most 10 s)
+        while Temporal finds no worker to answer it; then `UnansweredError`. None: no bound.
         `next_occurrence` checks a `set` expression before it is sent (default: the built-in
         cron reading): a deployment whose schedule reads its own expressions passes its own
         (the workflow's validator still decides on a running schedule).
@@ -215,6 +227,7 @@ class ClientCore:
         self.update_timeout = update_timeout
         self.next_occurrence = next_occurrence
         self.worker_grace = worker_grace
+        self.query_timeout = query_timeout
         # The changes this client sent, oldest first (a caller interrupted mid-call says
         # what was already sent).
         self.sent: list[Sent] = []
@@ -458,22 +471,46 @@ class ClientCore:
 
     async def _query(self, workflow_id: str, query: str, *args: Any) -> Any:
         """A query of the running workflow: a closed one's last state is not an answer. A
-        query the worker fails (a payload it cannot decode) raises WorkflowQueryFailedError."""
+        query the worker fails (a payload it cannot decode) raises WorkflowQueryFailedError;
+        one no worker answers in time (UNANSWERED_QUERY) is asked again until `query_timeout`,
+        then raises UnansweredError."""
         for arg in args:
             await self._check_size(workflow_id, query, arg, MAX_MESSAGE_BYTES)
         await self._require_worker_of(workflow_id, f"the {query} query was not sent")
         handle = self.temporal.get_workflow_handle(workflow_id)
+        loop = asyncio.get_running_loop()
+        bound = self.query_timeout
+        deadline = None if bound is None else loop.time() + bound.total_seconds()
+        pause = 0.2
+        while True:
+            attempt = QUERY_ATTEMPT_TIMEOUT.total_seconds()
+            if deadline is not None:
+                attempt = max(min(attempt, deadline - loop.time()), 0.1)
 
-        async def ask() -> Any:
-            return await handle.query(query, *args, reject_condition=QueryRejectCondition.NOT_OPEN)
+            async def ask(attempt: float = attempt) -> Any:
+                return await handle.query(
+                    query, *args, reject_condition=QueryRejectCondition.NOT_OPEN,
+                    rpc_timeout=timedelta(seconds=attempt),
+                )  # fmt: skip
 
-        try:
-            return await self._answer(workflow_id, query, ask)
-        except WorkflowQueryRejectedError as error:
-            status = CLOSED_STATUS.get(error.status) if error.status else None
-            raise closed_error(
-                workflow_id, status or "closed", await self._close_reason(handle)
-            ) from error
+            try:
+                return await self._answer(workflow_id, query, ask)
+            except WorkflowQueryRejectedError as error:
+                status = CLOSED_STATUS.get(error.status) if error.status else None
+                raise closed_error(
+                    workflow_id, status or "closed", await self._close_reason(handle)
+                ) from error
+            except RPCError as error:
+                if error.status not in UNANSWERED_QUERY:
+                    raise
+                if bound is not None and deadline is not None and loop.time() >= deadline:
+                    raise UnansweredError(
+                        query=query, workflow_id=workflow_id, timeout=bound,
+                        last_error=f"{error.status.name}: {error.message}",
+                    ) from error  # fmt: skip
+            delay = pause if deadline is None else min(pause, max(deadline - loop.time(), 0))
+            await asyncio.sleep(delay)
+            pause = min(pause * 2, 2.0)
 
     async def _send(
         self,
