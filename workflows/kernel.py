@@ -185,6 +185,17 @@ def rejected_as(
         raise refusal(str(error), type(error).__name__, former_types) from None
 
 
+# The most events a capability's drain before continue-as-new may add (fewer when it continues
+# as new sooner): a run or request that never reports must not grow the history forever.
+CONTINUE_AS_NEW_DRAIN_EVENTS = 1000
+
+
+def drain_allowance(continue_as_new_after_events: int) -> int:
+    """How many events the drain before continue-as-new may add to a run that continues as
+    new at `continue_as_new_after_events`."""
+    return min(continue_as_new_after_events, CONTINUE_AS_NEW_DRAIN_EVENTS)
+
+
 def history_long(events: int, *, or_suggested: bool = True) -> bool:
     """Whether this run's history has `events` events, or (`or_suggested`) Temporal suggests
     continuing as new: the capability then begins its drain."""

@@ -3,7 +3,7 @@
 Re-record after an intended, patched change with
 `DURABILITY_RECORD_HISTORIES=1 .venv/bin/python -m pytest tests/ledger/test_ledger_workflow.py
 tests/ledger/test_ledger_local_compile.py` (every test that calls `record_history`: blocked_resume,
-continue_as_new, continue_as_new_quiet, request_retry_after; local_compile) and
+continue_as_new, drain_before_close, request_retry_after; local_compile) and
 `tests/ledger/test_ledger_complete.py` (request_complete_accepted, request_complete_blocked).
 `ledger_close_without_update_0_1_1.json` was recorded by 0.1.1 with
 `tests/product/test_updates_racing_close.py` (a run that waited for a task without updates).
@@ -19,6 +19,9 @@ stop whose final query waited for the submit it cancelled).
 `ledger_stop_awaits_final_reports.json` and `ledger_request_reports_end.json` are recorded by
 `tests/ledger/test_ledger_stop_earlier_run.py` (a stop that waited for the last report of a
 request an earlier run started).
+`ledger_drain_before_close.json` is recorded by `tests/ledger/test_ledger_workflow.py -k
+continue_as_new_lets` (a drain before continue-as-new, under `ledger-drain-before-close`);
+`ledger_continue_as_new_quiet.json` by the build before it (a 1 s wait).
 """
 
 from __future__ import annotations

@@ -9,8 +9,6 @@ sends a command (`workflows.kernel`).
 
 from __future__ import annotations
 
-import contextlib
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -31,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         rejected_as,
     )
     from workflows.ledger import LEDGER_WORKFLOW, core
+    from workflows.ledger.drain import drain
     from workflows.ledger.launches import Dispatcher, apply_final_report, launch_gate
     from workflows.ledger.messages import LEDGER_MESSAGES
     from workflows.ledger.models import EnqueueInput, EnqueueResult, LedgerConfig, SkipInput
@@ -40,8 +39,6 @@ with workflow.unsafe.imports_passed_through():
 
 # Continue-as-new at this many events even if Temporal has not suggested it yet.
 SAFETY_CAP_EVENTS = 10_000
-# Before continue-as-new, wait this long at most for attempts in flight to report (`_quiet`).
-QUIET_BEFORE_CONTINUE = timedelta(seconds=1)
 # Asked by an `enqueue` signal that drops an operation which could never dispatch, where a
 # run recorded without it blocked such operations.
 ENQUEUE_PARTICIPANTS_PATCH = "ledger-refuse-no-participants"
@@ -147,8 +144,7 @@ class OperationLedgerWorkflow(CatalogShell):
         """The ledger's drain rule: let in-flight attempts report (bounded: see `_quiet`);
         close only if nothing since has made continuing as new unsafe."""
         if not self._quiet():
-            with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(self._quiet, timeout=QUIET_BEFORE_CONTINUE)
+            await drain(self._quiet, self._config.continue_as_new_after_events or SAFETY_CAP_EVENTS)
             await workflow.wait_condition(workflow.all_handlers_finished)
         return self._final is None and self._ready_to_continue()
 

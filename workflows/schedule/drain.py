@@ -3,7 +3,7 @@
 Temporal refuses a continue-as-new that races a new event (a child's completion, a signal)
 and fails that workflow task. So once the history is long the schedule starts no run and
 waits until every run it started has ended. A run still going once the wait has added as
-many events as the continue-as-new threshold (at most `CONTINUE_AS_NEW_DRAIN_EVENTS`) is
+many events as the continue-as-new threshold (`kernel.drain_allowance`) is
 handed over to signal reporting (`reports.hand_over`): a run that never ends must not grow the
 history forever. Outcome deliveries do not hold the drain (one in its retry backoff adds no
 events and could hold it for minutes): they are cancelled and carried when the run closes
@@ -15,10 +15,8 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.kernel import history_long
+    from workflows.kernel import drain_allowance, history_long
     from workflows.schedule.models import DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS
-
-CONTINUE_AS_NEW_DRAIN_EVENTS = 1000
 
 
 class Drain:
@@ -42,7 +40,7 @@ class Drain:
         """Begin draining once the history is long."""
         if self._ends_at is None and self.history_long():
             length = workflow.info().get_current_history_length()
-            self._ends_at = length + min(self._threshold, CONTINUE_AS_NEW_DRAIN_EVENTS)
+            self._ends_at = length + drain_allowance(self._threshold)
 
     def over(self, drained: bool) -> bool:
         """Whether to stop waiting: every run has `drained`, or the allowance is spent."""
