@@ -7,6 +7,7 @@ the ledger (no failed workflow task)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -40,13 +41,18 @@ async def test_stop_waits_for_the_last_report_of_a_request_an_earlier_run_starte
         first_run = handle.result_run_id
         await handle.execute_update("enqueue", {"operations": [intent("a", ["c1"])]})
         await asyncio.wait_for(far_side.started.wait(), 30)
-        # Operations waiting behind `a`'s canvas lengthen the history past the bound.
-        for name in ("b", "c", "d", "e"):
-            await handle.execute_update("enqueue", {"operations": [intent(name, ["c1"])]})
+        # Operations waiting behind `a`'s canvas lengthen the history past the bound, then
+        # spend the drain's allowance of events (`a`'s completion is still running, so the
+        # ledger is not quiet; without events it would wait out the drain's 60 s).
+        names = (f"op{n}" for n in itertools.count())
+        current = client.get_workflow_handle(handle.id)
 
         async def continued() -> bool:
             first = client.get_workflow_handle(handle.id, run_id=first_run)
-            return (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
+            if (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
+                return True
+            await current.execute_update("enqueue", {"operations": [intent(next(names), ["c1"])]})
+            return False
 
         await eventually(continued, timeout=30)
         latest = client.get_workflow_handle(handle.id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from datetime import timedelta
@@ -25,6 +26,7 @@ from activities.ledger import compile_passthrough, ledger_activities
 from tests.support.helpers import eventually, temporal
 from tests.support.ledger import (
     Answer,
+    BlockedCompletion,
     enqueue,
     http_input,
     in_flight_request,
@@ -458,6 +460,54 @@ async def test_continue_as_new_lets_attempts_in_flight_report_first(
     assert server.violations == []
     for request in snap["requests"]:
         assert [r.method for r in server.sent(request["id"])] == ["POST"]
+
+
+async def history_length(handle: WorkflowHandle[Any, Any]) -> int:
+    return (await handle.describe()).raw_description.workflow_execution_info.history_length
+
+
+async def test_a_request_that_never_reports_holds_continue_as_new_only_for_the_drain_timeout(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """History due while a request's completion runs on and on, and nothing else happens (no
+    event spends the drain's allowance): the ledger continues as new once the drain's time
+    bound has passed, handing the request over, rather than wait for it forever."""
+    far_side = BlockedCompletion()
+    async with ledger_worker(client, task_queue, far_side.activities):
+        handle = await start_ledger(
+            client,
+            unique,
+            task_queue,
+            LedgerInput(complete_activity="complete", continue_as_new_after_events=20),
+        )
+        first = client.get_workflow_handle(handle.id, run_id=handle.result_run_id)
+        await enqueue(handle, intent("a", ["c1"]))
+        await asyncio.wait_for(far_side.started.wait(), 30)
+        # Operations behind `a`'s canvas lengthen the history until it is due, then nothing
+        # more is sent: no event spends the drain's allowance.
+        names = iter("bcdefghijk")
+        while await history_length(first) < 20:
+            await enqueue(handle, intent(next(names), ["c1"]))
+
+        async def continued() -> bool:
+            status = (await first.describe()).status
+            return status == WorkflowExecutionStatus.CONTINUED_AS_NEW
+
+        await eventually(continued, timeout=DRAIN_TIMEOUT.total_seconds() + 30, interval=1)
+        events = [e async for e in first.fetch_history_events()]
+        fired = {
+            e.timer_fired_event_attributes.started_event_id
+            for e in events
+            if e.HasField("timer_fired_event_attributes")
+        }
+        # The drain's timers (the ledger starts no other here): the last one fired.
+        timers = [e for e in events if e.HasField("timer_started_event_attributes")]
+        first_bound = timers[0].timer_started_event_attributes.start_to_fire_timeout
+        assert first_bound.ToTimedelta() == DRAIN_TIMEOUT
+        assert timers[-1].event_id in fired
+        far_side.release.set()
+        snap = await until_resolved_or_blocked(client.get_workflow_handle(handle.id), timeout=60)
+        assert operations(snap)["a"]["outcome"] == "applied"  # handed over, not lost
 
 
 async def test_bad_enqueue_is_rejected_naming_the_field_and_bad_signals_are_dropped(

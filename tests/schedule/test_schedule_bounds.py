@@ -86,13 +86,16 @@ async def test_a_daily_schedule_missed_for_three_days_skips_the_stale_ticks_with
         # Without a window the same state runs the stale tick, three days late (collapsed).
         plain, _, _ = await _missed_daily(env, task_queue, f"p-{unique}")
         await eventually(lambda: windowed.query("skipped_ticks"), timeout=30)
-        [skipped] = skipped_events(recorder, f"w-{unique}")
+        # The `skipped` event reaches the recorder by the lifecycle activity, after the count.
+        [skipped] = await eventually(lambda: skipped_events(recorder, f"w-{unique}"), timeout=30)
         assert skipped["scheduled_time"] == missed and skipped["reason"] == "catchup_window"
         next_day = (now // DAY_MS + 1) * DAY_MS
         assert (await windowed.query("get"))["next_at"] == next_day
         # Inside the wide window today's occurrence runs for the two stale ones, skipped once.
         await eventually(lambda: any(r["object_id"] == f"c-{unique}" for r in recorder.started))
-        [caught_skip] = skipped_events(recorder, f"c-{unique}")
+        [caught_skip] = await eventually(
+            lambda: skipped_events(recorder, f"c-{unique}"), timeout=30
+        )
         assert caught_skip["scheduled_time"] == missed
         assert await caught.query("skipped_ticks") == 1
         await eventually(lambda: any(r["object_id"] == f"p-{unique}" for r in recorder.started))

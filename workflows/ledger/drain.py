@@ -29,23 +29,41 @@ QUIET_BEFORE_CONTINUE = timedelta(seconds=1)
 # The drain's bound in time: an attempt whose activity no worker takes adds no events, and
 # while the ledger drains it grants no other request its next attempt.
 DRAIN_TIMEOUT = timedelta(seconds=60)
+DRAIN_SUMMARY = "drain before continue-as-new"
 
 
-async def drain(quiet: Callable[[], bool], continue_as_new_after_events: int) -> None:
-    """Wait until `quiet()`, within the drain's bounds (events and time)."""
-    if quiet():
-        return
-    if not workflow.patched(DRAIN_PATCH):
+class Drain:
+    """The ledger's drain before continue-as-new. Its bounds are set when it first waits and
+    hold for the rest of the run: a close given up (an update arrived meanwhile) and tried
+    again does not start them over."""
+
+    def __init__(self) -> None:
+        # The history length, and the workflow time in seconds, at which the drain is over.
+        self._ends_at: int | None = None
+        self._deadline = 0.0
+
+    async def wait(self, quiet: Callable[[], bool], continue_as_new_after_events: int) -> None:
+        """Wait until `quiet()`, within the drain's bounds (events and time)."""
+        if quiet():
+            return
+        if not workflow.patched(DRAIN_PATCH):
+            with suppress(TimeoutError):
+                await workflow.wait_condition(quiet, timeout=QUIET_BEFORE_CONTINUE)
+            return
+        info = workflow.info()
+        if self._ends_at is None:
+            allowance = drain_allowance(continue_as_new_after_events)
+            self._ends_at = info.get_current_history_length() + allowance
+            self._deadline = workflow.time() + DRAIN_TIMEOUT.total_seconds()
+        ends_at = self._ends_at
+
+        def over() -> bool:
+            return quiet() or info.get_current_history_length() >= ends_at
+
+        left = self._deadline - workflow.time()
+        if over() or left <= 0:
+            return
         with suppress(TimeoutError):
-            await workflow.wait_condition(quiet, timeout=QUIET_BEFORE_CONTINUE)
-        return
-    info = workflow.info()
-    ends_at = info.get_current_history_length() + drain_allowance(continue_as_new_after_events)
-
-    def over() -> bool:
-        return quiet() or info.get_current_history_length() >= ends_at
-
-    with suppress(TimeoutError):
-        await workflow.wait_condition(
-            over, timeout=DRAIN_TIMEOUT, timeout_summary="drain before continue-as-new"
-        )
+            await workflow.wait_condition(
+                over, timeout=timedelta(seconds=left), timeout_summary=DRAIN_SUMMARY
+            )

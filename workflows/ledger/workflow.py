@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
         rejected_as,
     )
     from workflows.ledger import LEDGER_WORKFLOW, core
-    from workflows.ledger.drain import drain
+    from workflows.ledger.drain import Drain
     from workflows.ledger.launches import Dispatcher, apply_final_report, launch_gate
     from workflows.ledger.messages import LEDGER_MESSAGES
     from workflows.ledger.models import EnqueueInput, EnqueueResult, LedgerConfig, SkipInput
@@ -75,6 +75,7 @@ class OperationLedgerWorkflow(CatalogShell):
             self._ledger_id, self._state, self._config, self._kernel, self._send_progress
         )
         self._requests = self._dispatch.requests
+        self._drain = Drain()
         self._kernel.wake()
         self._final: dict[str, Any] | None = None
         # The counts per phase this run last published in its status memo (None: none yet).
@@ -144,7 +145,8 @@ class OperationLedgerWorkflow(CatalogShell):
         """The ledger's drain rule: let in-flight attempts report (bounded: see `_quiet`);
         close only if nothing since has made continuing as new unsafe."""
         if not self._quiet():
-            await drain(self._quiet, self._config.continue_as_new_after_events or SAFETY_CAP_EVENTS)
+            threshold = self._config.continue_as_new_after_events or SAFETY_CAP_EVENTS
+            await self._drain.wait(self._quiet, threshold)
             await workflow.wait_condition(workflow.all_handlers_finished)
         return self._final is None and self._ready_to_continue()
 
