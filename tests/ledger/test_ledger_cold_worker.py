@@ -19,6 +19,8 @@ from tests.support.cold_worker import (
     assert_healthy,
     assert_healthy_and_updated,
     cold_names,
+    events_of,
+    kind,
     wait_for_applied,
     workflow_worker,
 )
@@ -315,6 +317,45 @@ async def test_message_after_completion_on_a_cold_worker(
     for body in acts.sent:
         assert [body["payload"]["op"]] == body["operation_ids"], body
     await assert_healthy_and_updated(client, handle)
+
+
+async def test_stop_in_the_task_after_a_grant_reaches_a_cold_worker_with_it(
+    client: Client,
+) -> None:
+    """The grant's completion is the last thing the ledger applied (the granted attempt is a
+    long submit that reports nothing yet) when `stop` arrives at a new worker, which gets
+    both in one activation unless the grant's task sent a command ("Cold-worker activation
+    merge"): the ledger gives the same commands as on replay, where they come apart."""
+    suffix, task_queue, activity_queue = cold_names()
+    acts = LedgerActivities()
+    start = {"activity_task_queue": activity_queue, "concurrency": 4}
+    async with activity_worker(client, activity_queue, acts.all()):
+        async with workflow_worker(client, task_queue):
+            handle = await client.start_workflow(
+                "OperationLedger", start, id=f"ledger:cold-{suffix}", task_queue=task_queue
+            )
+            # The submit asks for a retry in 300 ms; the granted query takes 8 s.
+            await enqueue(handle, op("A", "c0", retry_after_ms=300, query_ms=8_000))
+            await wait_for_applied(handle, "EXTERNAL_WORKFLOW_EXECUTION_SIGNALED")
+        async with workflow_worker(client, task_queue):
+            final = await handle.execute_update("stop", {"query_limit": 0}, result_type=dict)
+            assert final["stopped"] is True
+            assert await handle.result() == final
+    assert len(acts.queried) == 1  # the granted attempt was under way when `stop` came
+    # The interleaving under test: nothing reached the ledger between the grant's completion
+    # and `stop`, which came in the next workflow task.
+    kinds = [kind(e) for e in await events_of(handle)]
+    granted, stopped = (
+        kinds.index("EXTERNAL_WORKFLOW_EXECUTION_SIGNALED"),
+        kinds.index(
+            "WORKFLOW_EXECUTION_UPDATE_ACCEPTED",
+            kinds.index("EXTERNAL_WORKFLOW_EXECUTION_SIGNALED"),
+        ),
+    )
+    assert set(kinds[granted + 1 : stopped]) == {
+        "WORKFLOW_TASK_SCHEDULED", "WORKFLOW_TASK_STARTED", "WORKFLOW_TASK_COMPLETED"
+    }  # fmt: skip
+    await assert_healthy(client, handle)
 
 
 async def _check_completed_request(case: Case, completion: str) -> None:
