@@ -709,7 +709,7 @@ class LedgerSim:
             if core.unknown_candidates(self.state):
                 self.stop_queue = core.plan_stop_queries(self.state, self.stop_bound, self.config)
         for request_id in core.stop_queries_to_start(
-            self.stop_queue, len(self.asking), self.config, self.deadline_passed
+            self.state, self.stop_queue, self.asking, self.config, self.deadline_passed
         ):
             if core.begin_stop_query(self.state, request_id):
                 self.trace.append(f"stop: final query {request_id}")

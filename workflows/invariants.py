@@ -298,10 +298,10 @@ def launched_only_when_free(seen: LedgerObservation) -> list[Violation]:
 
 def within_slots(seen: LedgerObservation) -> list[Violation]:
     """L4: a start never takes the attempts in progress past `concurrency`, nor its type's
-    past its lane."""
+    past its lane; `stop`'s final queries included (each is a query at the far side)."""
     found: list[Violation] = []
     for e in seen.effects:
-        if e.kind not in _LAUNCHES:
+        if e.kind not in (*_LAUNCHES, "stop_query"):
             continue
         if e.in_progress > e.concurrency:
             found.append(

@@ -22,6 +22,9 @@ request an earlier run started).
 `ledger_drain_before_close.json` is recorded by `tests/ledger/test_ledger_workflow.py -k
 continue_as_new_lets` (a drain before continue-as-new, under `ledger-drain-before-close`);
 `ledger_continue_as_new_quiet.json` by the build before it (a 1 s wait).
+`ledger_stop_queries_within_lanes.json` is recorded by `tests/ledger/test_ledger_stop.py -k
+lanes` (final queries of one type asked one at a time, `ledger-stop-queries-within-lanes`);
+`ledger_stop_queries_before_lanes.json` by the same test on the build before it (both at once).
 """
 
 from __future__ import annotations

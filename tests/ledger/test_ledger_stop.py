@@ -193,6 +193,41 @@ async def test_past_the_query_limit_requests_are_listed_unknown_without_a_query(
     ]
 
 
+async def test_final_queries_keep_to_the_lanes(
+    client: Client, task_queue: str, unique: str
+) -> None:
+    """L4 at stop: two uploads waiting for their query (each submitted in turn, its lane of 1
+    free between attempts) are asked one after the other, never both at the far side at once,
+    though `concurrency` would take both; a shape update goes alongside. Each query is answered
+    slowly enough that two started together overlap."""
+
+    def accepted_then_slowly_applied(method: str, _request_id: str, _count: int) -> Answer:
+        if method == "POST":
+            return 202, {}, {"outcome": "accepted"}
+        return 200, {DELAY_HEADER: "1"}, {"outcome": "applied"}
+
+    async with live_ledger(
+        client, task_queue, unique, accepted_then_slowly_applied, retry=SLOW_RETRY,
+        concurrency=3, lanes={"asset.upload": 1},
+    ) as (server, handle):  # fmt: skip
+        await enqueue(
+            handle,
+            intent("up-1", ["c1"], operation_type="asset.upload"),
+            intent("up-2", ["c2"], operation_type="asset.upload"),
+            intent("shape", ["c3"]),
+        )
+        await all_waiting(handle, 3)
+        final = await handle.execute_update("stop", {}, result_type=dict)
+        await record_history(client, handle.id, "stop_queries_within_lanes")
+    assert len(gets(server)) == 3
+    assert server.max_calls_by_kind["asset.upload"] == 1, server.max_calls_by_kind
+    assert sorted(r["operation_ids"][0] for r in final["resolved_at_stop"]) == [
+        "shape",
+        "up-1",
+        "up-2",
+    ]
+
+
 @pytest.mark.parametrize(
     ("payload", "named"),
     [

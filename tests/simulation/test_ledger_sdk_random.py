@@ -81,6 +81,7 @@ class Call:
     started: float
     ended: float | None = None
     answer: Any = None
+    where: str = ""  # the calling workflow run and activity, for diagnostics
 
 
 @dataclass
@@ -108,6 +109,12 @@ class FarSide:
             canonical, key, body.get("protocol_version", 1), list(body.get("canvas_ids", [])),
             time.time(),
         )  # fmt: skip
+        if activity.in_activity():
+            info = activity.info()
+            call.where = (
+                f"{info.workflow_id}/{info.workflow_run_id} act {info.activity_id} "
+                f"try {info.attempt}"
+            )
         self.calls.append(call)
         if name in ("submit", "query"):
             if key != target:
@@ -381,8 +388,24 @@ def check_far_side(far: FarSide, driver: Driver, skipped: set[str]) -> list[str]
             f"{far.max_in_progress} attempts at once > concurrency {driver.max_concurrency}"
         )
     if far.max_by_type["asset.upload"] > driver.max_upload_lane:
-        found.append(f"{far.max_by_type['asset.upload']} asset.upload at once > its lane")
+        found.append(
+            f"{far.max_by_type['asset.upload']} asset.upload at once > its lane, e.g. "
+            + " and ".join(map(str, first_overlap(far, "asset.upload")))
+        )
     return found
+
+
+def first_overlap(far: FarSide, kind: str) -> list[Call]:
+    """Two attempts of `kind` (compile, submit or query) at the far side at once, the first
+    found: what a broken bound is shown with (their requests, workflow runs and times)."""
+    attempts = [c for c in far.calls if c.activity != "complete" and c.kind == kind]
+    for index, first in enumerate(attempts):
+        for second in attempts[index + 1 :]:
+            if second.started < (first.ended or float("inf")) and first.started < (
+                second.ended or float("inf")
+            ):
+                return [first, second]
+    return []
 
 
 @dataclass

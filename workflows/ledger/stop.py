@@ -1,7 +1,7 @@
 """The stop protocol (pure): `stop` cancels what is in flight, then asks the far side once (a
 query with the frozen body and its key) about each request whose submit may have reached it,
 within a bound: at most `query_limit` (<= MAX_STOP_QUERIES) requests, oldest operation
-first, at most `concurrency` at a time, each with the activity timeout, all within
+first, within `concurrency` and the lanes (L4), each with the activity timeout, all within
 `query_deadline_ms` (<= MAX_STOP_QUERY_DEADLINE_MS). `applied`/`rejected` resolves the
 request; whatever stays unknown is listed in the final result's `unknown` with its frozen
 body.
@@ -10,7 +10,8 @@ body.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from workflows.ledger.dispatch import protocol_supported, request_input
@@ -28,6 +29,7 @@ from workflows.ledger.records import (
     INTERPRETER_UNAVAILABLE,
     NEVER_LAUNCHED,
     bounded_status,
+    fits,
     is_stale,
     request_sequence,
 )
@@ -40,8 +42,8 @@ from workflows.validation import InvalidRequest as InvalidRequest
 #
 # `stop` cancels what is in flight, then asks the far side once (a query with the frozen body
 # and its key) about each request whose submit may have reached it, within a bound: at most
-# `query_limit` (<= MAX_STOP_QUERIES) requests, oldest operation first, at most
-# `concurrency` at a time, each with the activity timeout, all within `query_deadline_ms`
+# `query_limit` (<= MAX_STOP_QUERIES) requests, oldest operation first, within
+# `concurrency` and the lanes, each with the activity timeout, all within `query_deadline_ms`
 # (<= MAX_STOP_QUERY_DEADLINE_MS). `applied`/`rejected` resolves the request; whatever stays
 # unknown is listed in the final result's `unknown` with its frozen body.
 
@@ -99,15 +101,40 @@ def plan_stop_queries(
 
 
 def stop_queries_to_start(
-    queue: list[str], asking: int, config: LedgerConfig, deadline_passed: bool
+    state: LedgerState,
+    queue: list[str],
+    asking: Collection[str],
+    config: LedgerConfig,
+    deadline_passed: bool,
+    lanes_apply: Callable[[], bool] = lambda: True,
 ) -> list[str]:
-    """Which of the planned final queries start now: none once the deadline passed, else the
-    next ones while fewer than `concurrency` are asking. Removes them from `queue`."""
+    """Which of the planned final queries start now, in `queue` order: none once the
+    deadline passed, else those that `concurrency` and their type's lane admit, counting the
+    final queries `asking` (L4: a final query is an attempt in progress at the far side). One
+    its lane refuses stays queued and the next may go. Removes the chosen from `queue`.
+    `lanes_apply()` is asked only when a lane holds one back (a shell's patch: a history
+    recorded before lanes bounded final queries starts them as it did)."""
     if deadline_passed:
         return []
-    room = max(0, config.concurrency - asking)
-    chosen, queue[:] = queue[:room], queue[room:]
+    by_type: Counter[str] = Counter(_type_of(state, r) for r in asking)
+    total = len(asking)
+    chosen: list[str] = []
+    for request_id in queue:
+        if total >= config.concurrency:
+            break
+        operation_type = _type_of(state, request_id)
+        if not fits(config, total, by_type, operation_type) and lanes_apply():
+            continue
+        chosen.append(request_id)
+        by_type[operation_type] += 1
+        total += 1
+    queue[:] = [r for r in queue if r not in chosen]
     return chosen
+
+
+def _type_of(state: LedgerState, request_id: str) -> str:
+    request = state.requests.get(request_id)
+    return request.operation_type if request is not None else ""
 
 
 def cancel_at_stop(state: LedgerState, running_here: Iterable[str]) -> list[str]:

@@ -23,6 +23,9 @@ STOP_QUERIES_PATCH = "stop-final-queries"
 # Asked by a `stop` that cancelled requests by workflow ID: it waits for each one's last
 # report, so no report lands in the task that completes the ledger.
 STOP_AWAITS_REPORTS_PATCH = "ledger-stop-awaits-final-reports"
+# Asked by a `stop` whose final query a lane holds back (L4): a run recorded when final
+# queries were bounded by `concurrency` alone starts them as it did.
+STOP_QUERY_LANES_PATCH = "ledger-stop-queries-within-lanes"
 # A request that never sends its last report (terminated from outside) is given up after this.
 FINAL_REPORT_WAIT = timedelta(seconds=60)
 
@@ -61,6 +64,10 @@ async def stop_ledger(
         await _ask_before_stopping(state, config, requests, bound)
 
 
+def _lanes_bound_stop_queries() -> bool:
+    return workflow.patched(STOP_QUERY_LANES_PATCH)
+
+
 async def _await_final_reports(state: LedgerState) -> None:
     """Wait for the last report of each request `stop` cancelled by workflow ID, at most
     FINAL_REPORT_WAIT (one timer); those that never came are given up (logged)."""
@@ -80,8 +87,9 @@ async def _await_final_reports(state: LedgerState) -> None:
 async def _ask_before_stopping(
     state: LedgerState, config: LedgerConfig, requests: RequestRuns, bound: StopInput
 ) -> None:
-    """One final query per request `core.plan_stop_queries` names, at most `concurrency`
-    at a time; at `query_deadline_ms` those still asking are cancelled (one timer)."""
+    """One final query per request `core.plan_stop_queries` names, within `concurrency` and
+    the lanes (`core.stop_queries_to_start`); at `query_deadline_ms` those still asking are
+    cancelled (one timer)."""
     queue = core.plan_stop_queries(state, bound, config)
     if not queue:
         return
@@ -92,7 +100,9 @@ async def _ask_before_stopping(
     )
     asking: dict[str, asyncio.Task[None]] = {}
     while queue or asking:
-        for request_id in core.stop_queries_to_start(queue, len(asking), config, deadline.done()):
+        for request_id in core.stop_queries_to_start(
+            state, queue, asking, config, deadline.done(), _lanes_bound_stop_queries
+        ):
             if core.begin_stop_query(state, request_id):
                 asking[request_id] = asyncio.create_task(requests.final_query(request_id))
         if asking:

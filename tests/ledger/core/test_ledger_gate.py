@@ -222,6 +222,8 @@ def test_a_request_stop_interrupts_mid_attempt_is_next_asked_not_submitted() -> 
 
 def test_stop_queries_start_within_concurrency_and_none_past_the_deadline() -> None:
     config = LedgerConfig(concurrency=2)
+    state = LedgerState(ledger_id="L")
     queue = ["a", "b", "c"]
-    assert core.stop_queries_to_start(queue, 1, config, False) == ["a"]
-    assert core.stop_queries_to_start(queue, 0, config, True) == [] and queue == ["b", "c"]
+    assert core.stop_queries_to_start(state, queue, ["x"], config, False) == ["a"]
+    assert core.stop_queries_to_start(state, queue, [], config, True) == []
+    assert queue == ["b", "c"]

@@ -99,6 +99,88 @@ def test_the_bound_takes_the_oldest_first_and_a_zero_bound_asks_none() -> None:
     assert StopInput().query_limit == MAX_STOP_QUERIES
 
 
+def blocked_one_by_one(config: LedgerConfig, kinds: list[str]) -> LedgerState:
+    """One request per kind (`op-<n>`, its own canvas), each blocked by the far side before
+    the next is dispatched, so a lane never refused one; then stopped."""
+    state = fresh(*(intent(f"op-{n}", [f"c{n}"], operation_type=k) for n, k in enumerate(kinds)))
+    while frozen := dispatch_all(state, config):
+        for request_id in frozen:
+            finish(state, request_id, "unresolved", blocked=True, error="http 401")
+    stopped(state)
+    return state
+
+
+def test_final_queries_keep_to_the_lanes_and_one_held_back_lets_the_next_go() -> None:
+    """L4: each final query is a query at the far side, so a type's lane bounds them as it
+    bounds submits and queries; a type whose lane is full waits, another type goes first."""
+    config = LedgerConfig(concurrency=2, lanes={"asset.upload": 1})
+    kinds = ["asset.upload", "asset.upload", "shape.update", "asset.upload"]
+    state = blocked_one_by_one(config, kinds)
+    queue = core.plan_stop_queries(state, StopInput(), config)
+    assert queue == ["r-op-0", "r-op-1", "r-op-2", "r-op-3"]
+    assert core.stop_queries_to_start(state, queue, [], config, False) == ["r-op-0", "r-op-2"]
+    assert queue == ["r-op-1", "r-op-3"]
+    # The upload still asking holds its lane: nothing starts, whatever slot is free.
+    assert core.stop_queries_to_start(state, queue, ["r-op-0"], config, False) == []
+    assert core.stop_queries_to_start(state, queue, ["r-op-2"], config, False) == ["r-op-1"]
+    assert core.stop_queries_to_start(state, queue, [], config, True) == []
+    assert queue == ["r-op-3"]
+
+
+def test_a_stop_recorded_before_lanes_bounded_final_queries_starts_them_as_it_did() -> None:
+    """`lanes_apply` (the shell's patch) is asked only where a lane holds a query back; when
+    it answers no, the queries start by `concurrency` alone, as such a stop recorded them."""
+    config = LedgerConfig(concurrency=2, lanes={"asset.upload": 1})
+    asked: list[str] = []
+
+    def unpatched() -> bool:
+        asked.append("asked")
+        return False
+
+    state = blocked_one_by_one(config, ["shape.update", "shape.update"])
+    queue = core.plan_stop_queries(state, StopInput(), config)
+    started = core.stop_queries_to_start(state, queue, [], config, False, unpatched)
+    assert started == ["r-op-0", "r-op-1"] and asked == []
+    state = blocked_one_by_one(config, ["asset.upload", "asset.upload", "asset.upload"])
+    queue = core.plan_stop_queries(state, StopInput(), config)
+    started = core.stop_queries_to_start(state, queue, [], config, False, unpatched)
+    assert started == ["r-op-0", "r-op-1"] and asked == ["asked"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.sampled_from(["asset.upload", "shape.update", "text.edit"]), max_size=10),
+    st.integers(min_value=1, max_value=3),
+    st.dictionaries(
+        st.sampled_from(["asset.upload", "text.edit"]), st.integers(min_value=1, max_value=2)
+    ),
+    st.lists(st.integers(min_value=0, max_value=9), max_size=30),
+)
+def test_final_queries_never_exceed_concurrency_or_a_lane_and_each_is_asked_once(
+    kinds: list[str], concurrency: int, lanes: dict[str, int], ends: list[int]
+) -> None:
+    """Whatever the requests, bounds and order in which the final queries end: at no moment
+    are more than `concurrency` asking, nor more of a type than its lane, and every planned
+    request is asked exactly once (a held-back one is never dropped)."""
+    config = LedgerConfig(concurrency=concurrency, lanes=lanes)
+    state = blocked_one_by_one(config, kinds)
+    queue = core.plan_stop_queries(state, StopInput(), config)
+    planned = list(queue)
+    asked: list[str] = []
+    asking: list[str] = []
+    picks = iter(ends)
+    while queue or asking:
+        started = core.stop_queries_to_start(state, queue, asking, config, False)
+        asking += started
+        asked += started
+        assert len(asking) <= concurrency
+        for kind, lane in lanes.items():
+            assert sum(state.requests[r].operation_type == kind for r in asking) <= lane
+        assert asking, "a final query is left queued with nothing asking"
+        asking.pop(next(picks, 0) % len(asking))
+    assert sorted(asked) == sorted(planned)
+
+
 @pytest.mark.parametrize(
     ("raw", "named"),
     [
