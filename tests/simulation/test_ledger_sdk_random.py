@@ -50,6 +50,7 @@ from temporalio.worker import Worker
 from activities.ledger import compile_passthrough
 from durability.client import DurabilityClient, RejectedError
 from durability.registry import workflow_runner
+from tests.support.cold_worker import named
 from tests.support.helpers import cache_options
 from tests.support.ledger import intent, operations, snapshot
 from workflows.ledger.request import FrozenRequestWorkflow
@@ -437,18 +438,6 @@ async def ledger_histories(client: Client, handle: WorkflowHandle[Any, Any]) -> 
     return runs
 
 
-def _named(event: Any) -> str:
-    """An event as `id:TYPE`, with the update's or signal's name."""
-    name = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")
-    detail = (
-        event.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
-        or event.workflow_execution_signaled_event_attributes.signal_name
-        or event.activity_task_scheduled_event_attributes.activity_type.name
-        or event.signal_external_workflow_execution_initiated_event_attributes.signal_name
-    )
-    return f"{event.event_id}:{name}" + (f"({detail})" if detail else "")
-
-
 async def _decoded(client: Client, payloads: Any) -> list[Any]:
     return list(await client.data_converter.decode(list(payloads.payloads))) if payloads else []
 
@@ -496,8 +485,8 @@ async def check_histories(
                 (tolerated if raced else found).append(
                     f"ledger run {index}: workflow task failed at event {event.event_id}: "
                     f"{failed.failure.message[:200]}; events "
-                    + ", ".join(map(_named, history.events[: event.event_id + 6]))
-                    + f"; run ends {_named(history.events[-1])}"
+                    + ", ".join(map(named, history.events[: event.event_id + 6]))
+                    + f"; run ends {named(history.events[-1])}"
                 )
             elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
                 accepted = event.workflow_execution_update_accepted_event_attributes

@@ -85,6 +85,22 @@ async def wait_for_applied(
     await eventually(applied, timeout=timeout)
 
 
+def named(event: HistoryEvent) -> str:
+    """An event as `id:KIND`, with the update's, signal's or activity's name."""
+    detail = (
+        event.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+        or event.workflow_execution_signaled_event_attributes.signal_name
+        or event.activity_task_scheduled_event_attributes.activity_type.name
+        or event.signal_external_workflow_execution_initiated_event_attributes.signal_name
+    )
+    return f"{event.event_id}:{kind(event)}" + (f"({detail})" if detail else "")
+
+
+def outline(events: Sequence[HistoryEvent]) -> str:
+    """Every event `named`, in order."""
+    return ", ".join(map(named, events))
+
+
 async def assert_healthy(client: Client, handle: WorkflowHandle[Any, Any]) -> None:
     """No workflow task failed, of any cause, and the history replays with the production
     replayer (which sees the completion and the message in separate activations)."""
@@ -96,7 +112,12 @@ async def assert_healthy(client: Client, handle: WorkflowHandle[Any, Any]) -> No
     ]
     assert failed == [], failed
     history = await handle.fetch_history()
-    await replay_each(production_replayer(all_workflows()), [history], REPLAY_S)
+    try:
+        await replay_each(production_replayer(all_workflows()), [history], REPLAY_S)
+    except Exception as error:
+        # The history is gone with the test's server: say its shape, so a rare failure can be
+        # read from the log alone.
+        raise AssertionError(f"{error}\nhistory: {outline(history.events)}") from error
 
 
 async def assert_healthy_and_updated(client: Client, handle: WorkflowHandle[Any, Any]) -> None:
