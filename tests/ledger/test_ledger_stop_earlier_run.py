@@ -43,7 +43,7 @@ async def test_stop_waits_for_the_last_report_of_a_request_an_earlier_run_starte
         await asyncio.wait_for(far_side.started.wait(), 30)
         # Operations waiting behind `a`'s canvas lengthen the history past the bound, then
         # spend the drain's allowance of events (`a`'s completion is still running, so the
-        # ledger is not quiet; without events it would wait out the drain's 60 s).
+        # ledger is not quiet; without events it would wait out the drain's 10 s).
         names = (f"op{n}" for n in itertools.count())
         current = client.get_workflow_handle(handle.id)
 
