@@ -323,7 +323,7 @@ async def test_stop_in_the_task_after_a_grant_reaches_a_cold_worker_with_it(
     client: Client,
 ) -> None:
     """The grant's completion is the last thing the ledger applied (the granted attempt is a
-    long submit that reports nothing yet) when `stop` arrives at a new worker, which gets
+    long query that reports nothing yet) when `stop` arrives at a new worker, which gets
     both in one activation unless the grant's task sent a command ("Cold-worker activation
     merge"): the ledger gives the same commands as on replay, where they come apart."""
     suffix, task_queue, activity_queue = cold_names()

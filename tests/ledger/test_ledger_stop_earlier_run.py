@@ -15,14 +15,11 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from tests.support.helpers import eventually, record_history
 from tests.support.ledger import (
-    BlockedCompletion,
     cancel_requested,
     intent,
-    ledger_worker,
-    start_ledger,
+    ledger_with_blocked_completion,
 )
 from workflows.ledger import request_workflow_id
-from workflows.ledger.models import LedgerInput
 
 pytestmark = pytest.mark.cacheless
 
@@ -30,14 +27,7 @@ pytestmark = pytest.mark.cacheless
 async def test_stop_waits_for_the_last_report_of_a_request_an_earlier_run_started(
     client: Client, task_queue: str, unique: str
 ) -> None:
-    far_side = BlockedCompletion()
-    async with ledger_worker(client, task_queue, far_side.activities):
-        handle = await start_ledger(
-            client,
-            unique,
-            task_queue,
-            LedgerInput(complete_activity="complete", continue_as_new_after_events=20),
-        )
+    async with ledger_with_blocked_completion(client, task_queue, unique) as (far_side, handle):
         first_run = handle.result_run_id
         await handle.execute_update("enqueue", {"operations": [intent("a", ["c1"])]})
         await asyncio.wait_for(far_side.started.wait(), 30)

@@ -26,11 +26,11 @@ from activities.ledger import compile_passthrough, ledger_activities
 from tests.support.helpers import eventually, temporal
 from tests.support.ledger import (
     Answer,
-    BlockedCompletion,
     enqueue,
     http_input,
     in_flight_request,
     intent,
+    ledger_with_blocked_completion,
     ledger_worker,
     live_ledger,
     operations,
@@ -472,14 +472,7 @@ async def test_a_request_that_never_reports_holds_continue_as_new_only_for_the_d
     """History due while a request's completion runs on and on, and nothing else happens (no
     event spends the drain's allowance): the ledger continues as new once the drain's time
     bound has passed, handing the request over, rather than wait for it forever."""
-    far_side = BlockedCompletion()
-    async with ledger_worker(client, task_queue, far_side.activities):
-        handle = await start_ledger(
-            client,
-            unique,
-            task_queue,
-            LedgerInput(complete_activity="complete", continue_as_new_after_events=20),
-        )
+    async with ledger_with_blocked_completion(client, task_queue, unique) as (far_side, handle):
         first = client.get_workflow_handle(handle.id, run_id=handle.result_run_id)
         await enqueue(handle, intent("a", ["c1"]))
         await asyncio.wait_for(far_side.started.wait(), 30)

@@ -366,3 +366,21 @@ class BlockedCompletion:
             await self.release.wait()
 
         self.activities: list[Callable[..., Any]] = [compile_passthrough, submit, query, complete]
+
+
+@asynccontextmanager
+async def ledger_with_blocked_completion(
+    client: Client, task_queue: str, ledger_id: str
+) -> AsyncIterator[tuple[BlockedCompletion, WorkflowHandle[Any, Any]]]:
+    """A ledger that continues as new at 20 events and calls `complete`, on a worker whose
+    far side's `complete` blocks (`BlockedCompletion`); yields the far side and the handle
+    of the ledger's first run."""
+    far_side = BlockedCompletion()
+    async with ledger_worker(client, task_queue, far_side.activities):
+        handle = await start_ledger(
+            client,
+            ledger_id,
+            task_queue,
+            LedgerInput(complete_activity="complete", continue_as_new_after_events=20),
+        )
+        yield far_side, handle
