@@ -306,7 +306,7 @@ def run_command(args: argparse.Namespace) -> int:
         UnansweredError,
     )
     from durability.errors import NoWorkerError
-    from durability.sending import UNANSWERED_QUERY
+    from durability.sending import UNANSWERED_STATUSES
 
     try:
         result = asyncio.run(execute(args))
@@ -336,7 +336,7 @@ def run_command(args: argparse.Namespace) -> int:
     except WorkflowQueryFailedError as error:
         return fail(f"{args.command} failed on the worker: {error}", 1)
     except RPCError as error:
-        if error.status in UNANSWERED_QUERY:  # no refusal: nobody answered in time
+        if error.status in UNANSWERED_STATUSES:  # no refusal: nobody answered in time
             return fail(
                 f"Temporal did not answer in time ({error.status.name}: {error.message}); a "
                 "change sent may or may not have been made: read the state before sending again",

@@ -79,7 +79,7 @@ UPDATE_TIMEOUT = timedelta(minutes=2)
 # CANCELLED or DEADLINE_EXCEEDED. A query changes nothing, so it is asked again.
 QUERY_TIMEOUT = timedelta(seconds=60)
 QUERY_ATTEMPT_TIMEOUT = timedelta(seconds=10)
-UNANSWERED_QUERY = frozenset(
+UNANSWERED_STATUSES = frozenset(
     {RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE}
 )
 # How long a call that waits for a worker looks for one polling before it refuses
@@ -472,7 +472,7 @@ class ClientCore:
     async def _query(self, workflow_id: str, query: str, *args: Any) -> Any:
         """A query of the running workflow: a closed one's last state is not an answer. A
         query the worker fails (a payload it cannot decode) raises WorkflowQueryFailedError;
-        one no worker answers in time (UNANSWERED_QUERY) is asked again until `query_timeout`,
+        one no worker answers in time (UNANSWERED_STATUSES) is asked again until `query_timeout`,
         then raises UnansweredError."""
         for arg in args:
             await self._check_size(workflow_id, query, arg, MAX_MESSAGE_BYTES)
@@ -501,7 +501,7 @@ class ClientCore:
                     workflow_id, status or "closed", await self._close_reason(handle)
                 ) from error
             except RPCError as error:
-                if error.status not in UNANSWERED_QUERY:
+                if error.status not in UNANSWERED_STATUSES:
                     raise
                 if bound is not None and deadline is not None and loop.time() >= deadline:
                     raise UnansweredError(
